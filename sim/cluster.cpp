@@ -1,0 +1,314 @@
+#include "sim/cluster.hpp"
+
+#include <iostream>
+#include <sstream>
+
+#include "core/codec.hpp"
+
+namespace pstwin::sim {
+namespace s4u = simgrid::s4u;
+
+// ---------------------------------------------------------------- Stream
+
+Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
+    : from_(from),
+      to_(to),
+      lane_name_("send->" + std::to_string(to_id)),
+      mutex_(s4u::Mutex::create()),
+      ready_(s4u::ConditionVariable::create()) {
+  auto actor = s4u::Actor::create(from.label() + " " + lane_name_, from.host(), [this] { run(); });
+  actor->daemonize();
+}
+
+void Stream::enqueue(Message message) {
+  const std::tuple<bool, std::int64_t, std::uint64_t> order{
+      !message.payload.empty(), -static_cast<std::int64_t>(message.header.priority), message.header.sequence};
+  queue_.emplace(order, std::move(message));
+  ready_->notify_one();
+}
+
+void Stream::run() {
+  auto& cluster = from_.cluster();
+  const double jitter = cluster.scenario().perturbation.delivery_jitter_s;
+  std::unique_lock lock(*mutex_);
+  while (true) {
+    while (queue_.empty()) ready_->wait(lock);
+    Message message = std::move(queue_.begin()->second);
+    queue_.erase(queue_.begin());
+    if (jitter > 0) s4u::this_actor::sleep_for(from_.random("net.delivery_jitter").uniform(0, jitter));
+    // The transport reads a zero-copy payload when it transmits it, not when it was queued.
+    message.payload = message.payload.frozen();
+    const HeaderBytes header = encode_header(message.header, message.payload, /*compute_crc=*/false);
+    const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
+    const Seconds start = s4u::Engine::get_clock();
+    s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
+    const Seconds end = s4u::Engine::get_clock();
+    // The receiver decodes the header it was sent, exactly as a socket transport would.
+    MessageHeader decoded;
+    bool phantom = false;
+    if (auto error = decode_header(header, decoded, phantom)) {
+      to_.fail("rejected a frame from " + from_.label() + ": " + error->to_string());
+      continue;
+    }
+    message.header = decoded;
+    cluster.account(from_, to_, wire_bytes);
+    const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
+    from_.trace_lane(lane_name_, "send", name, start, end);
+    to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start, end);
+    to_.deliver(std::move(message));
+  }
+}
+
+// ---------------------------------------------------------------- SimExecutor
+
+SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(node), name_(std::move(name)) {
+  for (int i = 0; i < lanes; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->name = lanes == 1 ? name_ : name_ + "." + std::to_string(i);
+    lane->mutex = s4u::Mutex::create();
+    lane->ready = s4u::ConditionVariable::create();
+    Lane* raw = lane.get();
+    s4u::Actor::create(node_.label() + " " + lane->name, node_.host(), [this, raw] { run_lane(*raw); })->daemonize();
+    lanes_.push_back(std::move(lane));
+  }
+}
+
+void SimExecutor::submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+                         std::function<void()> done) {
+  auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
+  target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done)});
+  target.ready->notify_one();
+}
+
+void SimExecutor::run_lane(Lane& lane) {
+  const double jitter = node_.cluster().scenario().perturbation.executor_jitter_s;
+  std::unique_lock lock(*lane.mutex);
+  while (true) {
+    while (lane.tasks.empty()) lane.ready->wait(lock);
+    Task task = std::move(lane.tasks.front());
+    lane.tasks.pop_front();
+    if (jitter > 0) s4u::this_actor::sleep_for(node_.random("executor.jitter").uniform(0, jitter));
+    const Seconds start = s4u::Engine::get_clock();
+    if (task.cost.flops > 0) s4u::this_actor::execute(task.cost.flops);
+    if (task.cost.seconds > 0) s4u::this_actor::sleep_for(task.cost.seconds);
+    if (task.work) task.work();
+    node_.trace_lane(lane.name, name_, task.label, start, s4u::Engine::get_clock());
+    node_.post(std::move(task.done));
+  }
+}
+
+// ---------------------------------------------------------------- HostStaging
+
+std::shared_ptr<ByteBuffer> HostStaging::open(std::string_view name, std::size_t bytes) {
+  auto it = regions_.find(name);
+  if (it == regions_.end() || it->second->size() != bytes)
+    it = regions_.insert_or_assign(std::string(name), std::make_shared<ByteBuffer>(bytes)).first;
+  return it->second;
+}
+
+// ---------------------------------------------------------------- SimNode
+
+SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::string host)
+    : cluster_(cluster),
+      label_(std::move(label)),
+      address_(std::move(address)),
+      host_name_(std::move(host)),
+      host_(cluster.host(host_name_)),
+      pid_(static_cast<int>(cluster.nodes().size())),
+      mutex_(s4u::Mutex::create()),
+      wake_(s4u::ConditionVariable::create()) {}
+
+void SimNode::spawn(Seconds start_delay) {
+  s4u::Actor::create(label_, host_, [this, start_delay] {
+    if (start_delay > 0) s4u::this_actor::sleep_for(start_delay);
+    run();
+  });
+}
+
+void SimNode::run() {
+  protocol_->start();
+  std::unique_lock lock(*mutex_);
+  while (!stopped_) {
+    if (!events_.empty()) {
+      auto event = std::move(events_.front());
+      events_.pop_front();
+      event();
+      continue;
+    }
+    if (timers_.empty()) {
+      wake_->wait(lock);
+      continue;
+    }
+    const auto first = timers_.begin();
+    if (first->first.first <= now()) {
+      auto fire = std::move(first->second);
+      timer_deadlines_.erase(first->first.second);
+      timers_.erase(first);
+      fire();
+      continue;
+    }
+    wake_->wait_until(lock, first->first.first);
+  }
+}
+
+void SimNode::deliver(Message message) {
+  if (message.header.command != Command::kHeartbeat) cluster_.progress();
+  post([this, message = std::move(message)]() mutable { protocol_->on_message(std::move(message)); });
+}
+
+void SimNode::post(std::function<void()> event) {
+  if (!event) return;
+  events_.push_back(std::move(event));
+  wake_->notify_one();
+}
+
+void SimNode::set_self(NodeId id) { self_ = id; }
+
+void SimNode::connect(NodeId id, std::string_view address) {
+  SimNode* peer = cluster_.find(address);
+  if (peer) peers_[id] = peer;
+}
+
+void SimNode::send(Message message) {
+  const NodeId to = message.header.recipient;
+  auto peer = peers_.find(to);
+  if (peer == peers_.end()) {
+    fail(label_ + " has no connection to node " + std::to_string(to) + " (no address known for it)");
+    return;
+  }
+  message.header.sender = self_;
+  message.header.sequence = next_sequence_++;
+  auto& stream = streams_[to];
+  if (!stream) stream = std::make_unique<Stream>(*this, *peer->second, to);
+  stream->enqueue(std::move(message));
+}
+
+Seconds SimNode::now() const { return s4u::Engine::get_clock(); }
+
+TimerId SimNode::start_timer(Seconds delay, std::function<void()> fire) {
+  const TimerId id = next_timer_++;
+  const Seconds deadline = now() + delay;
+  timers_.emplace(std::make_pair(deadline, id), std::move(fire));
+  timer_deadlines_[id] = deadline;
+  wake_->notify_one();
+  return id;
+}
+
+void SimNode::cancel_timer(TimerId id) {
+  auto it = timer_deadlines_.find(id);
+  if (it == timer_deadlines_.end()) return;
+  timers_.erase({it->second, id});
+  timer_deadlines_.erase(it);
+}
+
+RandomStream& SimNode::random(std::string_view purpose) {
+  auto it = randoms_.find(purpose);
+  if (it == randoms_.end())
+    it = randoms_.emplace(std::string(purpose), RandomStream(cluster_.seed(), purpose, fnv1a64(address_))).first;
+  return it->second;
+}
+
+void SimNode::compute(std::string_view label, ComputeCost cost, std::function<void()> done) {
+  executor("compute", 1).submit(0, label, cost, {}, std::move(done));
+}
+
+Executor& SimNode::executor(std::string_view name, int lanes) {
+  auto it = executors_.find(name);
+  if (it == executors_.end())
+    it = executors_.emplace(std::string(name), std::make_unique<SimExecutor>(*this, std::string(name), lanes)).first;
+  return *it->second;
+}
+
+StagingArea& SimNode::staging() { return cluster_.staging(host_name_); }
+
+void SimNode::trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) {
+  trace_lane("main", category, name, start, end);
+}
+
+void SimNode::trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                         Seconds end) {
+  cluster_.record_span({label_, pid_, std::string(lane), std::string(category), std::string(name), start, end});
+}
+
+void SimNode::log(std::string_view text) {
+  std::cerr << "[" << now() << " s] " << label_ << ": " << text << "\n";
+}
+
+void SimNode::stop() {
+  stopped_ = true;
+  cluster_.node_stopped();
+}
+
+void SimNode::fail(std::string text) {
+  cluster_.fail(label_, text);
+  stopped_ = true;
+  cluster_.node_stopped();
+  // One failure ends the run: stop every other actor, then this one.
+  s4u::Actor::kill_all();
+  s4u::this_actor::exit();
+}
+
+std::string SimNode::describe() const {
+  return label_ + ": " + (stopped_ ? std::string("stopped") : protocol_ ? protocol_->describe_state() : "not started");
+}
+
+// ---------------------------------------------------------------- Cluster
+
+Cluster::Cluster(const Scenario& scenario, Platform& platform) : scenario_(scenario), platform_(platform) {
+  for (const auto& link : platform_.links) link_bytes_[link.name] = 0;
+}
+
+SimNode& Cluster::add_node(std::string label, std::string address, const std::string& host) {
+  nodes_.push_back(std::make_unique<SimNode>(*this, std::move(label), address, host));
+  by_address_[address] = nodes_.back().get();
+  return *nodes_.back();
+}
+
+SimNode* Cluster::find(std::string_view address) {
+  auto it = by_address_.find(address);
+  return it == by_address_.end() ? nullptr : it->second;
+}
+
+void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t bytes) {
+  ++messages_;
+  message_bytes_ += bytes;
+  if (from.host_name() == to.host_name()) return;  // loopback: no NIC involved
+  link_bytes_[from.host_name() + ".up"] += bytes;
+  link_bytes_[to.host_name() + ".down"] += bytes;
+  if (!platform_.rack_of.empty()) {
+    const int from_rack = platform_.rack_of.at(from.host_name());
+    const int to_rack = platform_.rack_of.at(to.host_name());
+    if (from_rack != to_rack) {
+      link_bytes_["rack" + std::to_string(from_rack) + ".up"] += bytes;
+      link_bytes_["rack" + std::to_string(to_rack) + ".down"] += bytes;
+    }
+  }
+}
+
+void Cluster::record_span(TraceSpan span) {
+  if (!scenario_.output.trace) return;
+  if (trace_.size() >= scenario_.output.trace_max_events) {
+    ++trace_dropped_;
+    return;
+  }
+  trace_.push_back(std::move(span));
+}
+
+void Cluster::fail(const std::string& who, const std::string& text) {
+  if (failure_.empty()) failure_ = who + ": " + text;
+}
+
+void Cluster::fill(RunReport& report, Seconds run_time) const {
+  report.links.clear();
+  for (const auto& link : platform_.links) {
+    const auto bytes = link_bytes_.at(link.name);
+    const double utilization = run_time > 0 ? static_cast<double>(bytes) / (link.bandwidth_Bps * run_time) : 0;
+    report.links.push_back({link.name, bytes, link.bandwidth_Bps, utilization});
+  }
+  report.messages = messages_;
+  report.message_bytes = message_bytes_;
+  report.trace = trace_;
+  report.trace_dropped = trace_dropped_;
+}
+
+}  // namespace pstwin::sim

@@ -1,0 +1,181 @@
+// The simulated deployment: one SimNode (a Runtime) per protocol node, each driven by an actor;
+// one actor per executor lane; one ordered stream (an actor) per connection, as TCP or ZeroMQ give
+// one ordered byte stream per peer pair. Messages are delivered in SimNode::deliver.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <simgrid/s4u.hpp>
+
+#include "core/runtime.hpp"
+#include "report/run_report.hpp"
+#include "sim/platform.hpp"
+
+namespace pstwin::sim {
+
+class Cluster;
+class SimNode;
+
+// One connection's stream: messages leave one at a time. Like a send pool in front of a socket
+// (ps-lite's P3 van, FPT's pool), it sends control messages (no payload: acks, pull requests)
+// before queued bulk data, then by priority, then in send order: equal messages keep FIFO order.
+class Stream {
+ public:
+  Stream(SimNode& from, SimNode& to, NodeId to_id);
+  void enqueue(Message message);
+
+ private:
+  void run();
+  SimNode& from_;
+  SimNode& to_;
+  std::string lane_name_;
+  std::map<std::tuple<bool, std::int64_t, std::uint64_t>, Message> queue_;  // (bulk, -priority, sequence)
+  simgrid::s4u::MutexPtr mutex_;
+  simgrid::s4u::ConditionVariablePtr ready_;
+};
+
+class SimExecutor final : public Executor {
+ public:
+  SimExecutor(SimNode& node, std::string name, int lanes);
+  int lanes() const override { return static_cast<int>(lanes_.size()); }
+  void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+              std::function<void()> done) override;
+
+ private:
+  struct Task {
+    std::string label;
+    ComputeCost cost;
+    std::function<void()> work;
+    std::function<void()> done;
+  };
+  struct Lane {
+    std::string name;
+    std::deque<Task> tasks;
+    simgrid::s4u::MutexPtr mutex;
+    simgrid::s4u::ConditionVariablePtr ready;
+  };
+  void run_lane(Lane& lane);
+  SimNode& node_;
+  std::string name_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+class HostStaging final : public StagingArea {
+ public:
+  std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) override;
+
+ private:
+  std::map<std::string, std::shared_ptr<ByteBuffer>, std::less<>> regions_;
+};
+
+class SimNode final : public Runtime {
+ public:
+  SimNode(Cluster& cluster, std::string label, std::string address, std::string host);
+
+  void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
+  void spawn(Seconds start_delay);
+  void deliver(Message message);            // a message arrived from the network
+  void post(std::function<void()> event);   // run on this node's event loop
+  bool stopped() const { return stopped_; }
+  std::string describe() const;
+  const std::string& label() const { return label_; }
+  int pid() const { return pid_; }
+  simgrid::s4u::Host* host() const { return host_; }
+  Cluster& cluster() { return cluster_; }
+
+  // Runtime
+  NodeId self() const override { return self_; }
+  void set_self(NodeId id) override;
+  std::string local_address() const override { return address_; }
+  std::string host_name() const override { return host_name_; }
+  void connect(NodeId id, std::string_view address) override;
+  void send(Message message) override;
+  Seconds now() const override;
+  TimerId start_timer(Seconds delay, std::function<void()> fire) override;
+  void cancel_timer(TimerId id) override;
+  RandomStream& random(std::string_view purpose) override;
+  void compute(std::string_view label, ComputeCost cost, std::function<void()> done) override;
+  Executor& executor(std::string_view name, int lanes) override;
+  StagingArea& staging() override;
+  void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
+  void log(std::string_view text) override;
+  void stop() override;
+  void fail(std::string text) override;
+
+  void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                  Seconds end);
+
+ private:
+  void run();
+
+  Cluster& cluster_;
+  std::string label_;
+  std::string address_;
+  std::string host_name_;
+  simgrid::s4u::Host* host_;
+  int pid_;
+  NodeId self_ = kNoNode;
+  std::unique_ptr<Node> protocol_;
+  bool stopped_ = false;
+  std::deque<std::function<void()>> events_;
+  std::map<std::pair<Seconds, TimerId>, std::function<void()>> timers_;
+  std::map<TimerId, Seconds> timer_deadlines_;
+  TimerId next_timer_ = 1;
+  std::uint64_t next_sequence_ = 1;
+  simgrid::s4u::MutexPtr mutex_;
+  simgrid::s4u::ConditionVariablePtr wake_;
+  std::map<NodeId, SimNode*> peers_;
+  std::map<NodeId, std::unique_ptr<Stream>> streams_;
+  std::map<std::string, RandomStream, std::less<>> randoms_;
+  std::map<std::string, std::unique_ptr<SimExecutor>, std::less<>> executors_;
+};
+
+class Cluster {
+ public:
+  Cluster(const Scenario& scenario, Platform& platform);
+
+  SimNode& add_node(std::string label, std::string address, const std::string& host);
+  SimNode* find(std::string_view address);
+  const Scenario& scenario() const { return scenario_; }
+  std::uint64_t seed() const { return scenario_.seed; }
+  HostStaging& staging(const std::string& host) { return staging_[host]; }
+  simgrid::s4u::Host* host(const std::string& name) const { return platform_.hosts.at(name); }
+
+  void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);
+  void record_span(TraceSpan span);
+  void progress() { last_progress_ = simgrid::s4u::Engine::get_clock(); }
+  void fail(const std::string& who, const std::string& text);
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  Seconds last_progress() const { return last_progress_; }
+  void node_stopped() { last_stop_ = simgrid::s4u::Engine::get_clock(); }
+  Seconds last_stop() const { return last_stop_; }
+  const std::vector<std::unique_ptr<SimNode>>& nodes() const { return nodes_; }
+
+  void fill(RunReport& report, Seconds run_time) const;  // links, messages, trace
+
+ private:
+  const Scenario& scenario_;
+  Platform& platform_;
+  std::vector<std::unique_ptr<SimNode>> nodes_;
+  std::map<std::string, SimNode*, std::less<>> by_address_;
+  std::map<std::string, HostStaging> staging_;
+  std::map<std::string, std::uint64_t> link_bytes_;
+  std::uint64_t messages_ = 0;
+  std::uint64_t message_bytes_ = 0;
+  std::vector<TraceSpan> trace_;
+  std::uint64_t trace_dropped_ = 0;
+  std::string failure_;
+  Seconds last_progress_ = 0;
+  Seconds last_stop_ = 0;
+};
+
+}  // namespace pstwin::sim

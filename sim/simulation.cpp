@@ -1,0 +1,218 @@
+#include "sim/simulation.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <cstring>
+#include <simgrid/s4u.hpp>
+#include <sstream>
+
+#include "ps/ids.hpp"
+#include "ps/invariants.hpp"
+#include "ps/scheduler.hpp"
+#include "ps/server.hpp"
+#include "ps/worker.hpp"
+#include "report/run_recorder.hpp"
+#include "sim/cluster.hpp"
+
+namespace pstwin::sim {
+namespace s4u = simgrid::s4u;
+
+namespace {
+
+std::string address_of(std::string_view role, int rank, const std::string& host) {
+  return std::string(role) + std::to_string(rank) + "@" + host;
+}
+
+// Ends a run that stopped making progress (a protocol deadlock hidden behind heartbeats).
+void watch_for_stalls(Cluster& cluster, Seconds window) {
+  while (true) {
+    s4u::this_actor::sleep_for(window / 4);
+    if (s4u::Engine::get_clock() - cluster.last_progress() > window) {
+      std::ostringstream out;
+      out << "no protocol progress for " << window << " simulated seconds; node states:";
+      for (const auto& node : cluster.nodes())
+        if (!node->stopped()) out << "\n    " << node->describe();
+      cluster.fail("simulator", out.str());
+      s4u::Actor::kill_all();
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  int argc = 3;
+  std::string arg0 = "pstwin", arg1 = "--log=root.thres:critical", arg2 = "--cfg=contexts/guard-size:0";
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+  s4u::Engine engine(&argc, argv);
+  s4u::Engine::set_config("contexts/stack-size:" + std::to_string(sc.sim.stack_size_kb));
+  configure_network_model(sc);
+  Platform platform = build_platform(sc);
+
+  SyntheticWorkload workload(sc);
+  InvariantChecker checker(sc, workload);
+  RunRecorder recorder(sc, workload);
+  ObserverFanout observer({&checker, &recorder});
+  Cluster cluster(sc, platform);
+
+  const std::string scheduler_host = sc.scheduler_host_name();
+  const std::string scheduler_address = "scheduler@" + scheduler_host;
+  auto& scheduler = cluster.add_node("scheduler", scheduler_address, scheduler_host);
+  scheduler.attach(std::make_unique<Scheduler>(scheduler, sc, observer));
+  std::vector<SimNode*> started{&scheduler};
+  for (int r = 0; r < sc.roles.servers; ++r) {
+    const auto host = sc.server_host_name(r);
+    auto& node = cluster.add_node("server " + std::to_string(r), address_of("server", r, host), host);
+    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+    started.push_back(&node);
+  }
+  for (int r = 0; r < sc.roles.workers; ++r) {
+    const auto host = sc.worker_host_name(r);
+    auto& node = cluster.add_node("worker " + std::to_string(r), address_of("worker", r, host), host);
+    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+    started.push_back(&node);
+  }
+  for (auto* node : started) {
+    Seconds delay = node == &scheduler ? sc.faults.scheduler_start_delay_s : 0;
+    if (sc.perturbation.start_jitter_s > 0) delay += node->random("start").uniform(0, sc.perturbation.start_jitter_s);
+    node->spawn(delay);
+  }
+  const Seconds stall_window = std::max(30.0, 3 * sc.ps.heartbeat_timeout_s);
+  s4u::Actor::create("stall-watch", cluster.host(scheduler_host), [&] { watch_for_stalls(cluster, stall_window); })
+      ->daemonize();
+
+  if (options.progress) {
+    auto last = std::chrono::steady_clock::now();
+    s4u::Engine::on_time_advance_cb([&, last](double) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(now - last).count() < options.progress_interval_wall_s) return;
+      last = now;
+      RunReport partial;
+      recorder.fill(partial);
+      std::ostringstream out;
+      out << "simulated " << s4u::Engine::get_clock() << " s, " << partial.iterations.size() << " of "
+          << sc.workload.iterations << " iterations, wall "
+          << std::chrono::duration<double>(now - wall_start).count() << " s";
+      options.progress(out.str());
+    });
+  }
+
+  engine.run_until(sc.sim.max_time_s);
+
+  RunReport report;
+  report.scenario = sc.name;
+  report.backend = "sim";
+  report.seed = sc.seed;
+  const Seconds run_time = cluster.failed() || cluster.last_stop() > 0 ? cluster.last_stop() : s4u::Engine::get_clock();
+  bool all_stopped = true;
+  std::ostringstream stuck;
+  for (const auto& node : cluster.nodes())
+    if (!node->stopped()) {
+      all_stopped = false;
+      stuck << "\n    " << node->describe();
+    }
+  report.completed = all_stopped && !cluster.failed();
+  if (cluster.failed())
+    report.failure = cluster.failure();
+  else if (!all_stopped)
+    report.failure = "simulation reached sim.max_time = " + std::to_string(sc.sim.max_time_s) +
+                     " s before every node stopped:" + stuck.str();
+  checker.finish(report.completed);
+  if (!report.completed) checker.add({"run", report.failure});
+  recorder.fill(report);
+  cluster.fill(report, run_time);
+  report.run_time_s = run_time;
+  report.bound = analytic_bound(sc, workload, platform.bandwidth_factor, platform.latency_factor, platform.cross_traffic);
+  if (report.bound && sc.invariants.bound_tolerance > 0 && report.completed &&
+      report.mean_iteration_s() > report.bound->time_s * (1 + sc.invariants.bound_tolerance)) {
+    std::ostringstream out;
+    out << "mean iteration time " << report.mean_iteration_s() << " s exceeds the analytic bound "
+        << report.bound->time_s << " s by more than " << sc.invariants.bound_tolerance * 100 << " %";
+    checker.add({"bound", out.str()});
+  }
+  report.invariants_checked = checker.checked() + (report.bound && sc.invariants.bound_tolerance > 0 ? 1 : 0);
+  report.violation_count = checker.violation_count();
+  report.violations = checker.violations();
+  report.replay = replay_command(sc, sc.seed);
+  report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return report;
+}
+
+namespace {
+
+// The child: run, write the report as JSON to `path`, exit without running parent-owned destructors.
+[[noreturn]] void run_child(const Scenario& scenario, const std::string& path) {
+  std::string text;
+  try {
+    text = to_json(run_simulation(scenario)).dump();
+  } catch (const std::exception& e) {
+    text = nlohmann::ordered_json{{"__error", e.what()}}.dump();
+  }
+  FILE* out = std::fopen(path.c_str(), "wb");
+  if (!out || std::fwrite(text.data(), 1, text.size(), out) != text.size() || std::fclose(out) != 0) _exit(3);
+  _exit(0);
+}
+
+RunReport collect_child(const Scenario& scenario, const std::string& path, int status) {
+  std::string text;
+  if (FILE* in = std::fopen(path.c_str(), "rb")) {
+    char buffer[1 << 16];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, in)) > 0;) text.append(buffer, n);
+    std::fclose(in);
+  }
+  std::remove(path.c_str());
+  if (!text.empty()) {
+    auto json = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.contains("__error")) throw ScenarioError(json["__error"].get<std::string>());
+    if (json.is_object()) return report_from_json(json);
+  }
+  RunReport report;
+  report.scenario = scenario.name;
+  report.backend = "sim";
+  report.seed = scenario.seed;
+  report.replay = replay_command(scenario, scenario.seed);
+  report.failure = "the simulation process died (" +
+                   (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                        : "exit status " + std::to_string(WEXITSTATUS(status))) +
+                   ") before reporting";
+  report.violation_count = 1;
+  report.violations.push_back({"run", report.failure});
+  return report;
+}
+
+}  // namespace
+
+std::vector<RunReport> run_isolated(const std::vector<Scenario>& scenarios, int jobs,
+                                    const std::function<void(std::size_t, const RunReport&)>& on_done) {
+  std::vector<RunReport> reports(scenarios.size());
+  std::map<pid_t, std::size_t> running;
+  const std::string prefix = "/tmp/pstwin-run-" + std::to_string(getpid()) + "-";
+  std::size_t next = 0;
+  while (next < scenarios.size() || !running.empty()) {
+    while (next < scenarios.size() && static_cast<int>(running.size()) < std::max(jobs, 1)) {
+      std::fflush(nullptr);
+      const pid_t child = fork();
+      if (child < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+      if (child == 0) run_child(scenarios[next], prefix + std::to_string(next) + ".json");
+      running[child] = next++;
+    }
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, 0);
+    if (done < 0) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+    auto it = running.find(done);
+    if (it == running.end()) continue;
+    const std::size_t index = it->second;
+    running.erase(it);
+    reports[index] = collect_child(scenarios[index], prefix + std::to_string(index) + ".json", status);
+    if (on_done) on_done(index, reports[index]);
+  }
+  return reports;
+}
+
+}  // namespace pstwin::sim

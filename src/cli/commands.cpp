@@ -1,0 +1,86 @@
+#include "cli/commands.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "report/run_report.hpp"
+#include "scenario/scenario.hpp"
+#include "sim/simulation.hpp"
+
+namespace pstwin::cli {
+namespace {
+
+Scenario load(const CommonOptions& common) {
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const auto& text : common.sets) overrides.push_back(split_override(text));
+  return load_scenario(common.scenario_path, overrides);
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_override(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ScenarioError("--set " + text + ": expected FIELD=VALUE, e.g. --set staging.naming=legacy-key-only");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+int run_sim(const CommonOptions& common, const SimOptions& options) {
+  Scenario scenario = load(common);
+  if (options.seed) scenario.seed = *options.seed;
+  const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
+  sim::SimOptions sim_options;
+  if (!common.quiet) sim_options.progress = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
+  const RunReport report = sim::run_simulation(scenario, sim_options);
+  write_outputs(report, scenario, out_dir);
+  std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
+            << (scenario.output.trace ? ", trace.json" : "") << ", resolved.toml\n";
+  return report.ok() ? 0 : 1;
+}
+
+int run_check(const CommonOptions& common) {
+  const Scenario scenario = load(common);
+  std::cout << resolved_toml(scenario);
+  return 0;
+}
+
+int run_explore(const CommonOptions& common, const ExploreOptions& options) {
+  const Scenario base = load(common);
+  std::vector<Scenario> runs;
+  for (std::uint64_t i = 0; i < options.seeds; ++i) {
+    runs.push_back(base);
+    runs.back().seed = options.first_seed + i;
+  }
+  std::size_t finished = 0;
+  auto reports = sim::run_isolated(runs, options.jobs, [&](std::size_t, const RunReport&) {
+    ++finished;
+    if (!common.quiet && (finished % 100 == 0 || finished == runs.size()))
+      std::cerr << "[pstwin] explored " << finished << " of " << runs.size() << " seeds\n";
+  });
+  std::size_t bad = 0;
+  nlohmann::ordered_json summary = nlohmann::ordered_json::array();
+  for (const auto& report : reports) {
+    summary.push_back({{"seed", report.seed},
+                       {"ok", report.ok()},
+                       {"violation_count", report.violation_count},
+                       {"first_violation", report.violations.empty() ? "" : report.violations.front().detail},
+                       {"replay", report.replay}});
+    if (report.ok()) continue;
+    ++bad;
+    std::cout << "seed " << report.seed << ": " << report.violation_count << " violation(s)";
+    if (!report.violations.empty())
+      std::cout << ", first [" << report.violations.front().invariant << "] " << report.violations.front().detail;
+    std::cout << "\n  replay: " << report.replay << "\n";
+  }
+  std::cout << "explored " << reports.size() << " seeds (" << options.first_seed << ".."
+            << options.first_seed + options.seeds - 1 << ") of " << base.name << ": " << bad
+            << " with invariant violations, " << reports.size() - bad << " clean\n";
+  if (!options.out_dir.empty()) {
+    std::filesystem::create_directories(options.out_dir);
+    std::ofstream(options.out_dir + "/explore.json") << summary.dump(2) << "\n";
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace pstwin::cli

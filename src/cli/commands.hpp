@@ -1,0 +1,38 @@
+// The pstwin subcommands. Each returns the process exit status: 0 success, 1 a run failed or an
+// invariant was violated, 2 bad input (scenario or arguments).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstwin::cli {
+
+struct CommonOptions {
+  std::string scenario_path;
+  std::vector<std::string> sets;  // FIELD=VALUE
+  bool quiet = false;
+};
+
+struct SimOptions {
+  std::optional<std::uint64_t> seed;
+  std::string out_dir;  // "" = pstwin-out/<scenario name>
+};
+
+struct ExploreOptions {
+  std::uint64_t seeds = 20;
+  std::uint64_t first_seed = 0;
+  int jobs = 2;
+  std::string out_dir;  // "" = no explore.json
+};
+
+int run_sim(const CommonOptions& common, const SimOptions& options);
+int run_check(const CommonOptions& common);
+int run_explore(const CommonOptions& common, const ExploreOptions& options);
+
+// "a.b=c" -> {"a.b", "c"}; throws ScenarioError naming the argument when there is no '='.
+std::pair<std::string, std::string> split_override(const std::string& text);
+
+}  // namespace pstwin::cli

@@ -1,0 +1,61 @@
+// pstwin: run parameter-server scenarios in the SimGrid twin (and, later, for real).
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "scenario/scenario.hpp"
+
+int main(int argc, char** argv) {
+  using namespace pstwin::cli;
+  CLI::App app{"pstwin: a parameter-server system and its deterministic SimGrid twin"};
+  app.require_subcommand(1);
+  CommonOptions common;
+  SimOptions sim_options;
+  ExploreOptions explore_options;
+
+  auto add_common = [&](CLI::App* sub) {
+    sub->add_option("FILE", common.scenario_path, "scenario file (TOML), e.g. scenarios/quickstart.toml")
+        ->required()
+        ->check(CLI::ExistingFile);
+    sub->add_option("--set", common.sets,
+                    "override a scenario field by its dotted path, e.g. --set staging.naming=legacy-key-only "
+                    "(repeatable)")
+        ->type_name("FIELD=VALUE")
+        ->take_all();
+    sub->add_flag("-q,--quiet", common.quiet, "no progress lines on stderr");
+  };
+
+  auto* sim = app.add_subcommand("sim", "simulate a scenario in SimGrid and write results.json and trace.json");
+  add_common(sim);
+  sim->add_option("--seed", sim_options.seed, "seed for every random choice (default: the scenario's seed)");
+  sim->add_option("--out", sim_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
+
+  auto* check = app.add_subcommand("check", "validate a scenario and print it fully resolved");
+  add_common(check);
+
+  auto* explore = app.add_subcommand("explore", "simulate many seeds and report invariant violations with replays");
+  add_common(explore);
+  explore->add_option("--seeds", explore_options.seeds, "how many seeds to run")->required()->check(CLI::PositiveNumber);
+  explore->add_option("--first-seed", explore_options.first_seed, "first seed (default 0)");
+  explore->add_option("-j,--jobs", explore_options.jobs, "simulations run in parallel (default 2)")
+      ->check(CLI::Range(1, 256));
+  explore->add_option("--out", explore_options.out_dir, "write explore.json with one line per seed here");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (*sim) return run_sim(common, sim_options);
+    if (*check) return run_check(common);
+    if (*explore) return run_explore(common, explore_options);
+  } catch (const pstwin::ScenarioError& e) {
+    std::cerr << "pstwin: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "pstwin: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 2;
+}

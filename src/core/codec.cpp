@@ -1,0 +1,224 @@
+#include "core/codec.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace pstwin {
+
+namespace {
+
+// Explicit byte-by-byte packing: the wire is little-endian whatever the host is.
+template <typename T>
+void put_le(HeaderBytes& out, std::size_t offset, T value) {
+  using U = std::make_unsigned_t<T>;
+  auto v = static_cast<U>(value);
+  for (std::size_t i = 0; i < sizeof(U); ++i) {
+    out[offset + i] = static_cast<std::byte>(v & 0xFFu);
+    if constexpr (sizeof(U) > 1) v = static_cast<U>(v >> 8);
+  }
+}
+
+template <typename U>
+U get_le(std::span<const std::byte> in, std::size_t offset) {
+  U v = 0;
+  for (std::size_t i = sizeof(U); i-- > 0;) {
+    v = static_cast<U>((static_cast<std::uint64_t>(v) << 8) | std::to_integer<std::uint8_t>(in[offset + i]));
+  }
+  return v;
+}
+
+// zlib's crc32 takes a uInt length; feed big spans in chunks.
+std::uint32_t crc32_of(std::span<const std::byte> bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
+  std::size_t left = bytes.size();
+  constexpr std::size_t kChunk = std::size_t{1} << 30;
+  while (left > 0) {
+    const std::size_t n = std::min(left, kChunk);
+    crc = crc32(crc, p, static_cast<uInt>(n));
+    p += n;
+    left -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", static_cast<unsigned>(v));
+  return buf;
+}
+
+constexpr std::size_t kOffMagic = 0, kOffVersion = 4, kOffFlags = 5, kOffCommand = 6, kOffSender = 8,
+                      kOffRecipient = 12, kOffAppId = 16, kOffCustomerId = 18, kOffPriority = 20,
+                      kOffSequence = 24, kOffIteration = 32, kOffPartition = 36, kOffKey = 40,
+                      kOffPayloadLength = 48, kOffPayloadCrc = 56, kOffHeaderCrc = 60;
+constexpr std::uint8_t kKnownFlags = kFlagResponse | kFlagPhantom;
+
+DecodeError error(std::string field, std::string detail) {
+  return {std::move(field), std::move(detail)};
+}
+
+}  // namespace
+
+std::uint32_t payload_crc32(std::span<const std::byte> bytes) {
+  return crc32_of(bytes);
+}
+
+HeaderBytes encode_header(const MessageHeader& header, const Payload& payload, bool compute_crc) {
+  const bool phantom = payload.is_phantom();
+  std::uint8_t flags = 0;
+  if (header.is_response) flags |= kFlagResponse;
+  if (phantom) flags |= kFlagPhantom;
+  // A live view is read here, at transmission, which is exactly its contract.
+  const std::uint32_t crc = (phantom || !compute_crc) ? 0 : crc32_of(payload.bytes());
+
+  HeaderBytes out{};
+  put_le(out, kOffMagic, kWireMagic);
+  put_le(out, kOffVersion, kWireVersion);
+  put_le(out, kOffFlags, flags);
+  put_le(out, kOffCommand, static_cast<std::uint16_t>(header.command));
+  put_le(out, kOffSender, header.sender);
+  put_le(out, kOffRecipient, header.recipient);
+  put_le(out, kOffAppId, header.app_id);
+  put_le(out, kOffCustomerId, header.customer_id);
+  put_le(out, kOffPriority, header.priority);
+  put_le(out, kOffSequence, header.sequence);
+  put_le(out, kOffIteration, header.iteration);
+  put_le(out, kOffPartition, header.partition);
+  put_le(out, kOffKey, header.key);
+  put_le(out, kOffPayloadLength, payload.size());
+  put_le(out, kOffPayloadCrc, crc);
+  put_le(out, kOffHeaderCrc, crc32_of(std::span<const std::byte>(out).first(kOffHeaderCrc)));
+  return out;
+}
+
+std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, MessageHeader& out, bool& phantom,
+                                         const DecodeLimits& limits) {
+  if (bytes.size() < kHeaderBytes) {
+    return error("header", "received " + std::to_string(bytes.size()) + " bytes, a header needs " +
+                               std::to_string(kHeaderBytes));
+  }
+  const auto magic = get_le<std::uint32_t>(bytes, kOffMagic);
+  if (magic != kWireMagic) {
+    return error("magic", "expected " + hex32(kWireMagic) + ", got " + hex32(magic));
+  }
+  const auto version = get_le<std::uint8_t>(bytes, kOffVersion);
+  if (version != kWireVersion) {
+    return error("version", "expected " + std::to_string(kWireVersion) + ", got " + std::to_string(version));
+  }
+  const auto header_crc = get_le<std::uint32_t>(bytes, kOffHeaderCrc);
+  const std::uint32_t computed = crc32_of(bytes.first(kOffHeaderCrc));
+  if (header_crc != computed) {
+    return error("header_crc", "header says " + hex32(header_crc) + ", bytes 0..59 give " + hex32(computed));
+  }
+  const auto flags = get_le<std::uint8_t>(bytes, kOffFlags);
+  if ((flags & ~kKnownFlags) != 0) {
+    return error("flags", "unknown flag bits " + hex32(flags & ~kKnownFlags) + " in " + hex32(flags));
+  }
+  const auto command = get_le<std::uint16_t>(bytes, kOffCommand);
+  if (command < 1 || command > kMaxCommand) {
+    return error("command",
+                 "command " + std::to_string(command) + " is outside 1.." + std::to_string(kMaxCommand));
+  }
+  const auto payload_length = get_le<std::uint64_t>(bytes, kOffPayloadLength);
+  if (payload_length > limits.max_payload_bytes) {
+    return error("payload_length", "announces " + std::to_string(payload_length) + " bytes, limit is " +
+                                       std::to_string(limits.max_payload_bytes));
+  }
+
+  // Only a fully valid header reaches the caller's output.
+  MessageHeader h;
+  h.sender = static_cast<NodeId>(get_le<std::uint32_t>(bytes, kOffSender));
+  h.recipient = static_cast<NodeId>(get_le<std::uint32_t>(bytes, kOffRecipient));
+  h.app_id = get_le<std::uint16_t>(bytes, kOffAppId);
+  h.customer_id = get_le<std::uint16_t>(bytes, kOffCustomerId);
+  h.command = static_cast<Command>(command);
+  h.is_response = (flags & kFlagResponse) != 0;
+  h.priority = static_cast<std::int32_t>(get_le<std::uint32_t>(bytes, kOffPriority));
+  h.sequence = get_le<std::uint64_t>(bytes, kOffSequence);
+  h.iteration = get_le<std::uint32_t>(bytes, kOffIteration);
+  h.partition = get_le<std::uint32_t>(bytes, kOffPartition);
+  h.key = get_le<std::uint64_t>(bytes, kOffKey);
+  h.payload_length = payload_length;
+  h.payload_crc = get_le<std::uint32_t>(bytes, kOffPayloadCrc);
+  out = h;
+  phantom = (flags & kFlagPhantom) != 0;
+  return std::nullopt;
+}
+
+std::optional<DecodeError> decode_frame(std::span<const std::byte> frame, Message& out,
+                                        const DecodeLimits& limits) {
+  MessageHeader header;
+  bool phantom = false;
+  if (auto err = decode_header(frame, header, phantom, limits)) return err;
+
+  const std::uint64_t carried = frame.size() - kHeaderBytes;
+  if (phantom) {
+    if (carried != 0) {
+      return error("payload_length",
+                   "phantom frame must carry no bytes but carries " + std::to_string(carried));
+    }
+    if (header.payload_crc != 0) {
+      return error("payload_crc", "phantom frame must have CRC 0, has " + hex32(header.payload_crc));
+    }
+    out.header = header;
+    out.payload = Payload::phantom(header.payload_length);
+    return std::nullopt;
+  }
+  if (carried != header.payload_length) {
+    return error("payload_length", "header says " + std::to_string(header.payload_length) +
+                                       " bytes but frame carries " + std::to_string(carried));
+  }
+  const std::span<const std::byte> body = frame.subspan(kHeaderBytes);
+  const std::uint32_t crc = crc32_of(body);
+  if (crc != header.payload_crc) {
+    return error("payload_crc", "header says " + hex32(header.payload_crc) + ", payload gives " + hex32(crc));
+  }
+  out.header = header;
+  out.payload = Payload::copy_of(body);
+  return std::nullopt;
+}
+
+std::string encode_frame(const Message& message) {
+  // Snapshot a live view once so the CRC and the bytes that follow it agree.
+  const Payload payload = message.payload.frozen();
+  const HeaderBytes header = encode_header(message.header, payload);
+  std::string frame;
+  const std::span<const std::byte> body =
+      payload.is_phantom() ? std::span<const std::byte>{} : payload.bytes();
+  frame.resize(kHeaderBytes + body.size());
+  std::copy(header.begin(), header.end(), reinterpret_cast<std::byte*>(frame.data()));
+  std::copy(body.begin(), body.end(), reinterpret_cast<std::byte*>(frame.data()) + kHeaderBytes);
+  return frame;
+}
+
+std::string_view command_name(Command command) {
+  switch (command) {
+    case Command::kRegister:
+      return "register";
+    case Command::kNodeTable:
+      return "node_table";
+    case Command::kBarrier:
+      return "barrier";
+    case Command::kHeartbeat:
+      return "heartbeat";
+    case Command::kPush:
+      return "push";
+    case Command::kPull:
+      return "pull";
+    case Command::kWorkerDone:
+      return "worker_done";
+    case Command::kShutdown:
+      return "shutdown";
+    case Command::kFatal:
+      return "fatal";
+  }
+  return "unknown";
+}
+
+}  // namespace pstwin

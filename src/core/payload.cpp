@@ -1,0 +1,106 @@
+#include "core/payload.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace pstwin {
+
+namespace {
+
+constexpr std::size_t kAlignment = 64;  // one cache line; also enough for any SIMD load
+
+// std::aligned_alloc wants a size that is a multiple of the alignment (and > 0 to be portable).
+std::size_t padded_size(std::size_t size) {
+  if (size > SIZE_MAX - kAlignment) throw std::bad_alloc();
+  const std::size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
+
+}  // namespace
+
+void ByteBuffer::AlignedFree::operator()(std::byte* p) const {
+  std::free(p);
+}
+
+ByteBuffer::ByteBuffer(std::size_t size) : size_(size) {
+  const std::size_t padded = padded_size(size);
+  void* raw = std::aligned_alloc(kAlignment, padded);
+  if (raw == nullptr) throw std::bad_alloc();
+  // Zeroed so that a buffer nobody filled still hashes and transmits deterministically.
+  std::memset(raw, 0, padded);
+  data_.reset(static_cast<std::byte*>(raw));
+}
+
+Payload Payload::phantom(std::uint64_t size) {
+  Payload p;
+  p.kind_ = Kind::kPhantom;
+  p.size_ = size;
+  return p;
+}
+
+Payload Payload::copy_of(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return Payload{};
+  auto buffer = std::make_shared<ByteBuffer>(bytes.size());
+  std::memcpy(buffer->data(), bytes.data(), bytes.size());
+  return adopt(std::move(buffer));
+}
+
+Payload Payload::adopt(std::shared_ptr<const ByteBuffer> buffer) {
+  Payload p;
+  if (buffer) {
+    p.size_ = buffer->size();
+    p.storage_ = std::move(buffer);
+  }
+  return p;
+}
+
+Payload Payload::live_view(std::shared_ptr<const ByteBuffer> region) {
+  Payload p = adopt(std::move(region));
+  p.kind_ = Kind::kLive;
+  return p;
+}
+
+std::span<const std::byte> Payload::bytes() const {
+  if (is_phantom()) {
+    throw std::logic_error("Payload::bytes(): a phantom payload of " + std::to_string(size_) +
+                           " bytes has no bytes");
+  }
+  if (!storage_) return {};
+  return {storage_->data() + offset_, static_cast<std::size_t>(size_)};
+}
+
+std::span<const float> Payload::floats() const {
+  if (is_phantom()) {
+    throw std::logic_error("Payload::floats(): a phantom payload of " + std::to_string(size_) +
+                           " bytes has no floats");
+  }
+  // Reading floats from a misaligned or ragged region would be undefined behaviour, not a rounding.
+  if (size_ % sizeof(float) != 0 || offset_ % alignof(float) != 0) {
+    throw std::logic_error("Payload::floats(): payload (offset " + std::to_string(offset_) + ", size " +
+                           std::to_string(size_) + ") is not a whole, aligned float array");
+  }
+  const std::span<const std::byte> raw = bytes();
+  return {reinterpret_cast<const float*>(raw.data()), raw.size() / sizeof(float)};
+}
+
+Payload Payload::slice(std::uint64_t offset, std::uint64_t length) const {
+  if (offset > size_ || length > size_ - offset) {
+    throw std::out_of_range("Payload::slice(offset " + std::to_string(offset) + ", length " +
+                            std::to_string(length) + ") exceeds payload size " + std::to_string(size_));
+  }
+  Payload p = *this;  // shares storage_: a slice never copies bytes
+  p.offset_ = offset_ + offset;
+  p.size_ = length;
+  return p;
+}
+
+Payload Payload::frozen() const {
+  if (!is_live()) return *this;
+  return copy_of(bytes());
+}
+
+}  // namespace pstwin

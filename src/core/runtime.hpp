@@ -1,0 +1,94 @@
+// The only door between protocol code (src/ps, src/zeno, ...) and the world. Protocol code never
+// creates threads, sleeps, reads a clock or draws randomness except through this interface, so the
+// SimGrid backend (sim/) can control every interleaving and the real backend (realnet/) can run the
+// same handlers on sockets and threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/message.hpp"
+#include "core/payload.hpp"
+#include "core/random.hpp"
+#include "core/types.hpp"
+
+namespace pstwin {
+
+// Modelled cost of a piece of work: a duration, a FLOP count (run on the host's cores), or both.
+struct ComputeCost {
+  Seconds seconds = 0;
+  double flops = 0;
+};
+
+// Work that real systems do on other threads: server engine threads, a worker's copy and push
+// stages, shared-memory staging. Tasks on one lane run one at a time in submission order; lanes run
+// concurrently. `work` runs on the lane after the modelled cost; `done` then runs back on the node's
+// event loop, so protocol state is only touched there (or inside `work` for data the lane owns).
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual int lanes() const = 0;
+  virtual void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+                      std::function<void()> done) = 0;
+};
+
+// Host-local shared memory between co-located processes (BytePS stages tensors in /dev/shm).
+// Opening the same name on the same host yields the same region.
+class StagingArea {
+ public:
+  virtual ~StagingArea() = default;
+  virtual std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) = 0;
+};
+
+using TimerId = std::uint64_t;
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // This node's id once the scheduler assigned it (kNoNode before), and its transport address.
+  virtual NodeId self() const = 0;
+  virtual void set_self(NodeId id) = 0;
+  virtual std::string local_address() const = 0;
+  virtual std::string host_name() const = 0;
+
+  // Binds a node id to a transport address (ps-lite's Van::Connect).
+  virtual void connect(NodeId id, std::string_view address) = 0;
+  // Sends to header.recipient over the ordered stream to that node. Sender and sequence are filled.
+  virtual void send(Message message) = 0;
+
+  virtual Seconds now() const = 0;
+  virtual TimerId start_timer(Seconds delay, std::function<void()> fire) = 0;
+  virtual void cancel_timer(TimerId id) = 0;
+
+  // A deterministic stream for one purpose ("worker.compute", "attack", ...), private to this node.
+  virtual RandomStream& random(std::string_view purpose) = 0;
+
+  // Models local computation (forward/backward pass): `done` runs on the event loop afterwards.
+  virtual void compute(std::string_view label, ComputeCost cost, std::function<void()> done) = 0;
+  virtual Executor& executor(std::string_view name, int lanes) = 0;
+  virtual StagingArea& staging() = 0;
+
+  // Observability: a span for trace.json, and diagnostics.
+  virtual void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) = 0;
+  virtual void log(std::string_view text) = 0;
+
+  // The node finished cleanly / hit an unrecoverable error (the run fails with this text).
+  virtual void stop() = 0;
+  virtual void fail(std::string text) = 0;
+};
+
+// A protocol role: event handlers driven by a Runtime.
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual void start() = 0;
+  virtual void on_message(Message message) = 0;
+  // One line on what the node is waiting for: printed when a run stalls.
+  virtual std::string describe_state() const = 0;
+};
+
+}  // namespace pstwin

@@ -1,0 +1,19 @@
+// Basic vocabulary shared by every layer: node ids, roles, simulated/real seconds.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace pstwin {
+
+using NodeId = std::int32_t;
+using Seconds = double;  // simulated seconds in the SimGrid backend, wall seconds in the real one
+
+inline constexpr NodeId kNoNode = 0;
+inline constexpr NodeId kSchedulerId = 1;
+
+enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2, kValidator = 3 };
+
+std::string_view role_name(Role role);
+
+}  // namespace pstwin

@@ -1,0 +1,57 @@
+// Invariant checks over a whole run, fed by RunObserver reports:
+//  - aggregates: every sync aggregate (and every async final store) equals the exact sum of the
+//    distinct contributions it should contain;
+//  - updates: no push applied twice, none lost;
+//  - sync_identical: in sync mode all workers pulled identical values for each key and iteration.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ps/observer.hpp"
+#include "ps/workload.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin {
+
+struct Violation {
+  std::string invariant;  // "aggregates", "updates", "sync_identical", "bound", "run"
+  std::string detail;
+};
+
+class InvariantChecker final : public RunObserver {
+ public:
+  InvariantChecker(const Scenario& scenario, const SyntheticWorkload& workload);
+
+  void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
+  void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
+  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration, const Payload& agg) override;
+  void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override;
+  void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
+
+  // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
+  void finish(bool run_completed);
+  void add(Violation violation);
+
+  std::uint64_t checked() const { return checked_; }
+  const std::vector<Violation>& violations() const { return violations_; }
+  std::uint64_t violation_count() const { return violation_count_; }
+
+ private:
+  void check_sum(std::string_view what, NodeId server, std::uint64_t key, std::uint32_t iteration,
+                 const Payload& value, bool whole_run);
+
+  const Scenario& scenario_;
+  const SyntheticWorkload& workload_;
+  std::uint64_t checked_ = 0;
+  std::uint64_t violation_count_ = 0;
+  std::vector<Violation> violations_;  // the first kMaxKept; violation_count_ has them all
+  std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied_;  // (key, iteration, worker)
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<int, std::string>> first_pull_digest_;
+};
+
+}  // namespace pstwin

@@ -1,0 +1,68 @@
+// What protocol code reports about a run. Invariant checkers and result recorders implement it; the
+// protocol never depends on what they do with it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/payload.hpp"
+#include "core/types.hpp"
+#include "ps/control.hpp"
+
+namespace pstwin {
+
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void node_table(const std::vector<NodeInfo>& /*table*/, Seconds /*at*/) {}
+  virtual void barrier_released(int /*group*/, Seconds /*at*/) {}
+  virtual void push_applied(NodeId /*server*/, int /*worker_rank*/, std::uint64_t /*key*/,
+                            std::uint32_t /*iteration*/) {}
+  virtual void duplicate_push(NodeId /*server*/, int /*worker_rank*/, std::uint64_t /*key*/,
+                              std::uint32_t /*iteration*/) {}
+  // Sync mode: the aggregate of one key and iteration is complete (all workers' pushes summed).
+  virtual void aggregate_complete(NodeId /*server*/, std::uint64_t /*key*/, std::uint32_t /*iteration*/,
+                                  const Payload& /*aggregate*/) {}
+  virtual void pull_received(int /*worker_rank*/, std::uint64_t /*key*/, std::uint32_t /*iteration*/,
+                             const Payload& /*value*/) {}
+  virtual void iteration_done(int /*worker_rank*/, std::uint32_t /*iteration*/, Seconds /*start*/,
+                              Seconds /*end*/) {}
+  // Async mode, at shutdown: the final value of a key's store.
+  virtual void final_store(NodeId /*server*/, std::uint64_t /*key*/, const Payload& /*store*/) {}
+};
+
+// Forwards every report to several observers, in order.
+class ObserverFanout final : public RunObserver {
+ public:
+  explicit ObserverFanout(std::vector<RunObserver*> targets) : targets_(std::move(targets)) {}
+  void node_table(const std::vector<NodeInfo>& table, Seconds at) override {
+    for (auto* t : targets_) t->node_table(table, at);
+  }
+  void barrier_released(int group, Seconds at) override {
+    for (auto* t : targets_) t->barrier_released(group, at);
+  }
+  void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    for (auto* t : targets_) t->push_applied(server, worker, key, iteration);
+  }
+  void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    for (auto* t : targets_) t->duplicate_push(server, worker, key, iteration);
+  }
+  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration, const Payload& agg) override {
+    for (auto* t : targets_) t->aggregate_complete(server, key, iteration, agg);
+  }
+  void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override {
+    for (auto* t : targets_) t->pull_received(worker, key, iteration, value);
+  }
+  void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override {
+    for (auto* t : targets_) t->iteration_done(worker, iteration, start, end);
+  }
+  void final_store(NodeId server, std::uint64_t key, const Payload& store) override {
+    for (auto* t : targets_) t->final_store(server, key, store);
+  }
+
+ private:
+  std::vector<RunObserver*> targets_;
+};
+
+}  // namespace pstwin

@@ -1,0 +1,59 @@
+// The control plane every server and worker shares (ps-lite's Postoffice): register with the
+// scheduler, learn the node table, pass the start barrier, send heartbeats, obey shutdown.
+// Traffic only starts after the barrier, which closes ps-lite's startup race (a push reaching a
+// server before its KV app exists).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/runtime.hpp"
+#include "ps/control.hpp"
+#include "ps/observer.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin {
+
+struct NodeContext {
+  Runtime& runtime;
+  const Scenario& scenario;
+  RunObserver& observer;
+  std::string scheduler_address;
+};
+
+class PsNode : public Node {
+ public:
+  PsNode(NodeContext context, Role role, int rank);
+
+  void start() final;
+  void on_message(Message message) final;
+  std::string describe_state() const override;
+
+ protected:
+  virtual void on_ready() = 0;                       // after the start barrier
+  virtual void on_app_message(Message message) = 0;  // push, pull and their responses
+  virtual void on_shutdown() {}
+  virtual std::string describe_app_state() const = 0;
+
+  void send_to(NodeId to, Command command, const MessageHeader& fields, Payload payload = {});
+  void reply(const Message& request, Payload payload = {});
+  const std::vector<NodeInfo>& node_table() const { return table_; }
+
+  Runtime& rt_;
+  const Scenario& scenario_;
+  RunObserver& observer_;
+  const Role role_;
+  const int rank_;
+
+ private:
+  void on_node_table(const Message& message);
+  void heartbeat();
+
+  std::string scheduler_address_;
+  std::vector<NodeInfo> table_;
+  std::optional<TimerId> connect_timer_;
+  enum class Phase { kRegistering, kBarrier, kRunning, kStopped } phase_ = Phase::kRegistering;
+};
+
+}  // namespace pstwin

@@ -1,0 +1,179 @@
+#include "ps/scheduler.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "ps/ids.hpp"
+
+namespace pstwin {
+
+Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& observer)
+    : rt_(runtime),
+      scenario_(scenario),
+      observer_(observer),
+      expected_servers_(scenario.roles.servers),
+      expected_workers_(scenario.roles.workers) {}
+
+void Scheduler::start() {
+  rt_.set_self(kSchedulerId);
+  rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { check_heartbeats(); });
+}
+
+void Scheduler::send(NodeId to, Command command, bool response, std::uint64_t key, Payload payload) {
+  Message message;
+  message.header.recipient = to;
+  message.header.command = command;
+  message.header.is_response = response;
+  message.header.key = key;
+  message.payload = std::move(payload);
+  rt_.send(std::move(message));
+}
+
+void Scheduler::on_message(Message message) {
+  const auto& h = message.header;
+  if (h.sender != kNoNode) last_seen_[h.sender] = rt_.now();
+  switch (h.command) {
+    case Command::kRegister: on_register(message); return;
+    case Command::kBarrier: on_barrier(message); return;
+    case Command::kHeartbeat: return;
+    case Command::kWorkerDone:
+      workers_done_.insert(h.sender);
+      if (static_cast<int>(workers_done_.size()) == expected_workers_ && !shutting_down_) {
+        shutting_down_ = true;
+        std::vector<NodeId> everyone;
+        for (const auto& info : table_) everyone.push_back(info.id);
+        broadcast(Command::kShutdown, everyone);
+      }
+      return;
+    case Command::kShutdown:
+      if (h.is_response) {
+        shutdown_acks_.insert(h.sender);
+        if (shutdown_acks_.size() == table_.size()) rt_.stop();
+      }
+      return;
+    case Command::kFatal:
+      rt_.fail("node " + std::to_string(h.sender) + " failed: " + decode_text(message.payload));
+      return;
+    default:
+      rt_.log("scheduler: ignoring " + std::string(command_name(h.command)) + " from node " + std::to_string(h.sender));
+  }
+}
+
+void Scheduler::on_register(const Message& message) {
+  std::string error;
+  auto info = decode_node_info(message.payload, error);
+  if (!info) {
+    rt_.log("scheduler: rejecting a malformed registration: " + error);
+    return;
+  }
+  if (!table_.empty()) {
+    rt_.log("scheduler: late registration from " + info->address + " ignored: the node table is complete");
+    return;
+  }
+  for (const auto& existing : registrations_) {
+    if (existing.address == info->address) return;  // a retry
+    if (existing.role == info->role && existing.rank >= 0 && existing.rank == info->rank) {
+      rt_.fail("two " + std::string(role_name(info->role)) + "s registered with rank " + std::to_string(info->rank) +
+               " (" + existing.address + " and " + info->address + "); give each a distinct DMLC_WORKER_ID");
+      return;
+    }
+  }
+  const int want = info->role == Role::kServer ? expected_servers_ : expected_workers_;
+  if (info->role != Role::kServer && info->role != Role::kWorker) {
+    rt_.log("scheduler: ignoring registration of unsupported role " + std::string(role_name(info->role)));
+    return;
+  }
+  if (info->rank >= want) {
+    rt_.fail(std::string(role_name(info->role)) + " at " + info->address + " registered with rank " +
+             std::to_string(info->rank) + " but the job has only " + std::to_string(want) + " (DMLC_NUM_" +
+             (info->role == Role::kServer ? "SERVER" : "WORKER") + ")");
+    return;
+  }
+  registrations_.push_back(std::move(*info));
+  if (static_cast<int>(registrations_.size()) == expected_servers_ + expected_workers_) assign_ids();
+}
+
+void Scheduler::assign_ids() {
+  // Requested ranks are honoured; the rest are handed out in address order, so the assignment does
+  // not depend on which registration arrived first.
+  for (Role role : {Role::kServer, Role::kWorker}) {
+    std::vector<NodeInfo*> nodes;
+    std::set<int> taken;
+    for (auto& r : registrations_)
+      if (r.role == role) {
+        nodes.push_back(&r);
+        if (r.rank >= 0) taken.insert(r.rank);
+      }
+    std::sort(nodes.begin(), nodes.end(), [](const NodeInfo* a, const NodeInfo* b) { return a->address < b->address; });
+    int next = 0;
+    for (auto* node : nodes) {
+      if (node->rank < 0) {
+        while (taken.count(next)) ++next;
+        node->rank = next;
+        taken.insert(next);
+      }
+      node->id = role == Role::kServer ? server_id(node->rank) : worker_id(node->rank);
+    }
+  }
+  table_ = registrations_;
+  std::sort(table_.begin(), table_.end(), [](const NodeInfo& a, const NodeInfo& b) { return a.id < b.id; });
+  for (const auto& info : table_) {
+    rt_.connect(info.id, info.address);
+    last_seen_[info.id] = rt_.now();
+  }
+  observer_.node_table(table_, rt_.now());
+  const Payload table = encode_node_table(table_);
+  for (const auto& info : table_) send(info.id, Command::kNodeTable, false, 0, table);
+}
+
+std::vector<NodeId> Scheduler::members(int group_mask) const {
+  std::vector<NodeId> ids;
+  for (const auto& info : table_)
+    if (group_of(info.role) & group_mask) ids.push_back(info.id);
+  return ids;
+}
+
+void Scheduler::on_barrier(const Message& message) {
+  const int group = static_cast<int>(message.header.key);
+  auto& arrived = barrier_arrivals_[group];
+  arrived.insert(message.header.sender);
+  const auto expected = members(group);
+  if (arrived.size() < expected.size()) return;
+  arrived.clear();
+  observer_.barrier_released(group, rt_.now());
+  for (NodeId id : expected) send(id, Command::kBarrier, true, static_cast<std::uint64_t>(group));
+}
+
+void Scheduler::broadcast(Command command, const std::vector<NodeId>& to) {
+  for (NodeId id : to) send(id, command, false, 0);
+}
+
+void Scheduler::check_heartbeats() {
+  if (shutting_down_) return;
+  const Seconds now = rt_.now();
+  for (const auto& info : table_) {
+    const Seconds silent = now - last_seen_[info.id];
+    if (silent > scenario_.ps.heartbeat_timeout_s) {
+      std::ostringstream out;
+      out << role_name(info.role) << " " << info.rank << " (node " << info.id << " at " << info.address
+          << ") sent nothing for " << silent << " s (ps.heartbeat_timeout = " << scenario_.ps.heartbeat_timeout_s
+          << " s): presumed dead";
+      rt_.fail(out.str());
+      return;
+    }
+  }
+  rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { check_heartbeats(); });
+}
+
+std::string Scheduler::describe_state() const {
+  std::ostringstream out;
+  if (table_.empty())
+    out << "waiting for registrations: " << registrations_.size() << " of " << expected_servers_ + expected_workers_;
+  else if (!shutting_down_)
+    out << "running; " << workers_done_.size() << " of " << expected_workers_ << " workers done";
+  else
+    out << "shutting down; " << shutdown_acks_.size() << " of " << table_.size() << " acks";
+  return out.str();
+}
+
+}  // namespace pstwin

@@ -1,0 +1,173 @@
+#include "ps/server.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "core/float_sum.hpp"
+#include "ps/ids.hpp"
+
+namespace pstwin {
+
+Server::Server(NodeContext context, int rank, const SyntheticWorkload& workload)
+    : PsNode(context, Role::kServer, rank),
+      workload_(workload),
+      engine_(context.runtime.executor("engine", context.scenario.ps.server_engine_threads)),
+      lane_bytes_(static_cast<std::size_t>(context.scenario.ps.server_engine_threads), 0) {}
+
+ComputeCost Server::sum_cost(std::uint64_t bytes) const {
+  return {static_cast<double>(bytes) / scenario_.workload.sum_bandwidth_Bps, 0};
+}
+
+Server::KeyState& Server::key_state(std::uint64_t key, std::uint64_t bytes) {
+  auto [it, inserted] = keys_.try_emplace(key);
+  if (inserted) {
+    // Least-loaded lane by bytes; ties go to the lowest lane index.
+    auto lane = std::min_element(lane_bytes_.begin(), lane_bytes_.end()) - lane_bytes_.begin();
+    it->second.lane = static_cast<int>(lane);
+    lane_bytes_[static_cast<std::size_t>(lane)] += bytes;
+  }
+  return it->second;
+}
+
+void Server::on_app_message(Message message) {
+  const bool sync = scenario_.ps.mode == TrainingMode::kSync;
+  if (message.header.is_response) {
+    rt_.log("server: unexpected response from node " + std::to_string(message.header.sender));
+    return;
+  }
+  if (message.header.command == Command::kPush) {
+    sync ? sync_push(std::move(message)) : async_push(std::move(message));
+  } else {
+    sync ? sync_pull(std::move(message)) : async_pull(std::move(message));
+  }
+}
+
+void Server::sync_push(Message message) {
+  const auto key = message.header.key;
+  const auto iteration = message.header.iteration;
+  const int worker = rank_of(message.header.sender);
+  auto& state = key_state(key, message.payload.size());
+  Round& round = state.rounds[iteration];
+  if (std::find(round.contributors.begin(), round.contributors.end(), worker) != round.contributors.end() ||
+      round.complete) {
+    observer_.duplicate_push(rt_.self(), worker, key, iteration);
+    reply(message);
+    return;
+  }
+  round.contributors.push_back(worker);
+  auto payload = std::make_shared<Payload>(std::move(message.payload));
+  const auto bytes = payload->size();
+  // The lane owns `round.sum` while summing: nothing else touches it until `done` runs.
+  auto work = [&round, payload] {
+    if (payload->is_phantom()) {
+      round.phantom = true;
+      round.bytes = payload->size();
+      return;
+    }
+    if (!round.sum) {
+      round.sum = std::make_shared<ByteBuffer>(payload->size());
+      round.bytes = payload->size();
+      std::memcpy(round.sum->data(), payload->bytes().data(), payload->size());
+    } else if (round.sum->size() == payload->size()) {
+      sum_into(round.sum->floats(), payload->floats());
+    }
+  };
+  message.payload = Payload{};
+  auto done = [this, request = std::move(message), &round, key, iteration, worker]() mutable {
+    ++round.pushes_applied;
+    observer_.push_applied(rt_.self(), worker, key, iteration);
+    reply(request);
+    if (round.pushes_applied < workload_.workers()) return;
+    round.complete = true;
+    observer_.aggregate_complete(rt_.self(), key, iteration,
+                                 round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
+    auto waiting = std::move(round.waiting_pulls);
+    for (const auto& pull : waiting) answer_sync_pull(pull, round, key, iteration);
+  };
+  engine_.submit(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done));
+}
+
+void Server::sync_pull(Message message) {
+  const auto key = message.header.key;
+  const auto iteration = message.header.iteration;
+  auto& state = key_state(key, workload_.partition(key).bytes);
+  Round& round = state.rounds[iteration];
+  if (!round.complete) {
+    round.waiting_pulls.push_back(std::move(message));
+    return;
+  }
+  answer_sync_pull(message, round, key, iteration);
+}
+
+void Server::answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration) {
+  // Zero-copy: every pull of a finished round shares the one aggregate buffer.
+  reply(request, round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
+  if (++round.pulls_answered == workload_.workers()) keys_[key].rounds.erase(iteration);
+}
+
+void Server::async_push(Message message) {
+  const auto key = message.header.key;
+  const auto iteration = message.header.iteration;
+  const int worker = rank_of(message.header.sender);
+  auto& state = key_state(key, message.payload.size());
+  auto payload = std::make_shared<Payload>(std::move(message.payload));
+  const auto bytes = payload->size();
+  auto work = [&state, payload] {
+    state.store_bytes = payload->size();
+    if (payload->is_phantom()) return;
+    if (!state.store) {
+      state.store = std::make_shared<ByteBuffer>(payload->size());
+      std::memcpy(state.store->data(), payload->bytes().data(), payload->size());
+    } else if (state.store->size() == payload->size()) {
+      sum_into(state.store->floats(), payload->floats());
+    }
+  };
+  message.payload = Payload{};
+  auto done = [this, request = std::move(message), key, iteration, worker] {
+    observer_.push_applied(rt_.self(), worker, key, iteration);
+    reply(request);
+  };
+  engine_.submit(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done));
+}
+
+void Server::async_pull(Message message) {
+  const auto key = message.header.key;
+  const auto bytes = workload_.partition(key).bytes;
+  auto& state = key_state(key, bytes);
+  // Later pushes keep changing the store, so a pull takes a snapshot on the key's lane.
+  auto snapshot = std::make_shared<Payload>();
+  auto work = [&state, snapshot, bytes] {
+    if (!state.store) {
+      *snapshot = Payload::phantom(bytes);
+      return;
+    }
+    *snapshot = Payload::copy_of(state.store->bytes());
+  };
+  auto done = [this, request = std::move(message), snapshot] { reply(request, *snapshot); };
+  engine_.submit(state.lane, "snapshot", {static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps, 0},
+                 std::move(work), std::move(done));
+}
+
+void Server::on_shutdown() {
+  if (scenario_.ps.mode != TrainingMode::kAsync) return;
+  for (const auto& [key, state] : keys_)
+    observer_.final_store(rt_.self(), key,
+                          state.store ? Payload::adopt(state.store) : Payload::phantom(state.store_bytes));
+}
+
+std::string Server::describe_app_state() const {
+  std::ostringstream out;
+  int open_rounds = 0;
+  for (const auto& [key, state] : keys_) {
+    for (const auto& [iteration, round] : state.rounds) {
+      if (open_rounds++ < 3)
+        out << " key " << key << " it " << iteration << ": " << round.pushes_applied << "/" << workload_.workers()
+            << " pushes, " << round.waiting_pulls.size() << " pulls waiting;";
+    }
+  }
+  return "serving " + std::to_string(keys_.size()) + " keys, " + std::to_string(open_rounds) + " open rounds" +
+         (open_rounds ? ":" + out.str() : "");
+}
+
+}  // namespace pstwin

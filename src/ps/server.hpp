@@ -1,0 +1,61 @@
+// A parameter server: a key-value store summing workers' pushes (BytePS's server).
+// sync:  per key and iteration, the first push is copied and later ones added (COPY_FIRST,
+//        SUM_RECV); pulls are answered once all workers' pushes are in (ALL_RECV).
+// async: every push is added to the store at once and pulls are answered at once.
+// Each key is bound to the least-loaded engine lane (BYTEPS_SERVER_ENGINE_THREAD) on first sight;
+// all work on a key runs on its lane, in arrival order, so no two lanes ever touch one key.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/payload.hpp"
+#include "ps/ps_node.hpp"
+#include "ps/workload.hpp"
+
+namespace pstwin {
+
+class Server final : public PsNode {
+ public:
+  Server(NodeContext context, int rank, const SyntheticWorkload& workload);
+
+ private:
+  struct Round {
+    std::shared_ptr<ByteBuffer> sum;  // null until the first push (or for phantom payloads)
+    std::uint64_t bytes = 0;
+    bool phantom = false;
+    int pushes_applied = 0;
+    std::vector<int> contributors;  // worker ranks, to refuse a second push in one round
+    std::vector<Message> waiting_pulls;
+    int pulls_answered = 0;
+    bool complete = false;
+  };
+  struct KeyState {
+    int lane = 0;
+    std::map<std::uint32_t, Round> rounds;  // sync: live iterations (at most two)
+    std::shared_ptr<ByteBuffer> store;      // async
+    std::uint64_t store_bytes = 0;
+  };
+
+  void on_ready() override {}
+  void on_app_message(Message message) override;
+  void on_shutdown() override;
+  std::string describe_app_state() const override;
+
+  KeyState& key_state(std::uint64_t key, std::uint64_t bytes);
+  void sync_push(Message message);
+  void sync_pull(Message message);
+  void answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
+  void async_push(Message message);
+  void async_pull(Message message);
+  ComputeCost sum_cost(std::uint64_t bytes) const;
+
+  const SyntheticWorkload& workload_;
+  Executor& engine_;
+  std::vector<std::uint64_t> lane_bytes_;
+  std::map<std::uint64_t, KeyState> keys_;
+};
+
+}  // namespace pstwin

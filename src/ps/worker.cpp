@@ -1,0 +1,139 @@
+#include "ps/worker.hpp"
+
+#include <sstream>
+
+#include "ps/ids.hpp"
+#include "ps/staging.hpp"
+
+namespace pstwin {
+
+Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload)
+    : PsNode(context, Role::kWorker, rank),
+      workload_(workload),
+      copy_stage_(context.runtime.executor("copy", 1)),
+      push_stage_(context.runtime.executor("push", 1)) {}
+
+void Worker::on_ready() { start_iteration(); }
+
+void Worker::start_iteration() {
+  iteration_start_ = rt_.now();
+  ComputeCost cost{scenario_.workload.compute_s, 0};
+  if (scenario_.perturbation.compute_jitter_s > 0)
+    cost.seconds += rt_.random("worker.compute_jitter").uniform(0, scenario_.perturbation.compute_jitter_s);
+  rt_.compute("compute", cost, [this] {
+    pulls_outstanding_ = workload_.partitions().size();
+    pushes_unacked_ = workload_.partitions().size();
+    for (const auto& partition : workload_.partitions()) stage_and_push(partition);
+  });
+}
+
+std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partition) {
+  auto& region = staging_[partition.key];
+  if (!region) {
+    const auto name = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker, rank_,
+                                          partition.key);
+    region = rt_.staging().open(name, partition.bytes);
+  }
+  return region;
+}
+
+void Worker::stage_and_push(const PartitionSpec& partition) {
+  const bool phantom = scenario_.workload.payload == PayloadMode::kPhantom;
+  if (!scenario_.staging.enabled) {
+    Payload payload = Payload::phantom(partition.bytes);
+    if (!phantom) {
+      auto buffer = std::make_shared<ByteBuffer>(partition.bytes);
+      workload_.fill(rank_, iteration_, partition.key, buffer->floats());
+      payload = Payload::adopt(std::move(buffer));
+    }
+    ready_to_push(partition, std::move(payload));
+    return;
+  }
+  // Copy-in and push-out are separate executor steps, as in BytePS: whatever another process
+  // writes into a shared buffer between them is what gets sent.
+  std::shared_ptr<ByteBuffer> region = phantom ? nullptr : staging_buffer(partition);
+  const ComputeCost copy_cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
+  const std::uint32_t iteration = iteration_;
+  auto copy_in = [this, region, &partition, iteration] {
+    if (region) workload_.fill(rank_, iteration, partition.key, region->floats());
+  };
+  auto staged = [this, region, &partition, phantom] {
+    ready_to_push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
+  };
+  copy_stage_.submit(0, "copy", copy_cost, std::move(copy_in), std::move(staged));
+}
+
+void Worker::ready_to_push(const PartitionSpec& partition, Payload payload) {
+  ready_.emplace(std::make_pair(-partition.priority, partition.key), std::make_pair(&partition, std::move(payload)));
+  dispatch_pushes();
+}
+
+void Worker::dispatch_pushes() {
+  const int credit = scenario_.ps.scheduling_credit;
+  while (!ready_.empty() && (credit == 0 || in_flight_ < credit)) {
+    auto node = ready_.extract(ready_.begin());
+    ++in_flight_;
+    auto [partition, payload] = std::move(node.mapped());
+    push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
+      push(*partition, std::move(payload));
+    });
+  }
+}
+
+void Worker::push(const PartitionSpec& partition, Payload payload) {
+  MessageHeader fields;
+  fields.key = partition.key;
+  fields.iteration = iteration_;
+  fields.partition = partition.part;
+  fields.priority = partition.priority;
+  send_to(server_id(partition.server_rank), Command::kPush, fields, std::move(payload));
+}
+
+void Worker::on_app_message(Message message) {
+  if (!message.header.is_response) {
+    rt_.log("worker: unexpected request " + std::string(command_name(message.header.command)));
+    return;
+  }
+  if (message.header.iteration != iteration_) {
+    rt_.fail("worker " + std::to_string(rank_) + " got a " + std::string(command_name(message.header.command)) +
+             " response for iteration " + std::to_string(message.header.iteration) + " during iteration " +
+             std::to_string(iteration_));
+    return;
+  }
+  if (message.header.command == Command::kPush)
+    on_push_ack(message);
+  else
+    on_pull_response(std::move(message));
+}
+
+void Worker::on_push_ack(const Message& message) {
+  --pushes_unacked_;
+  --in_flight_;
+  dispatch_pushes();
+  MessageHeader fields;
+  fields.key = message.header.key;
+  fields.iteration = iteration_;
+  fields.partition = message.header.partition;
+  fields.priority = message.header.priority;
+  send_to(message.header.sender, Command::kPull, fields);
+}
+
+void Worker::on_pull_response(Message message) {
+  observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
+  if (--pulls_outstanding_ > 0) return;
+  observer_.iteration_done(rank_, iteration_, iteration_start_, rt_.now());
+  if (static_cast<int>(++iteration_) < scenario_.workload.iterations) {
+    start_iteration();
+    return;
+  }
+  send_to(kSchedulerId, Command::kWorkerDone, MessageHeader{});
+}
+
+std::string Worker::describe_app_state() const {
+  std::ostringstream out;
+  out << "iteration " << iteration_ << " of " << scenario_.workload.iterations << ": " << pushes_unacked_
+      << " pushes unacknowledged, " << pulls_outstanding_ << " pulls outstanding";
+  return out.str();
+}
+
+}  // namespace pstwin

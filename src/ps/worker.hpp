@@ -1,0 +1,50 @@
+// A worker: per iteration, compute (modelled), then for every partition in priority order stage it
+// in host-shared memory (copy-in, one executor step), push it (push-out, a second step: the payload
+// is a live view of the staging buffer, read when the transport sends it, as BytePS's zero-copy
+// push does), pull the aggregate once the push is acknowledged; the iteration ends when every
+// partition is pulled. At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ps/ps_node.hpp"
+#include "ps/workload.hpp"
+
+namespace pstwin {
+
+class Worker final : public PsNode {
+ public:
+  Worker(NodeContext context, int rank, const SyntheticWorkload& workload);
+
+ private:
+  void on_ready() override;
+  void on_app_message(Message message) override;
+  std::string describe_app_state() const override;
+
+  void start_iteration();
+  void stage_and_push(const PartitionSpec& partition);
+  void ready_to_push(const PartitionSpec& partition, Payload payload);
+  void dispatch_pushes();
+  void push(const PartitionSpec& partition, Payload payload);
+  void on_push_ack(const Message& message);
+  void on_pull_response(Message message);
+  std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);
+
+  const SyntheticWorkload& workload_;
+  Executor& copy_stage_;
+  Executor& push_stage_;
+  std::map<std::uint64_t, std::shared_ptr<ByteBuffer>> staging_;  // key -> mapped staging region
+  std::uint32_t iteration_ = 0;
+  Seconds iteration_start_ = 0;
+  std::size_t pulls_outstanding_ = 0;
+  std::size_t pushes_unacked_ = 0;
+  // Staged partitions waiting for credit, highest priority first (ByteScheduler's credit-based
+  // preemption): bounding bytes in flight keeps pull requests from queueing behind the whole model.
+  std::map<std::pair<std::int32_t, std::uint64_t>, std::pair<const PartitionSpec*, Payload>> ready_;
+  int in_flight_ = 0;
+};
+
+}  // namespace pstwin

@@ -1,0 +1,111 @@
+#include "report/run_recorder.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/codec.hpp"
+#include "core/digest.hpp"
+
+namespace pstwin {
+namespace {
+std::string value_digest(std::uint64_t key, const Payload& value) {
+  Digest digest;
+  digest.update_u64(key);
+  digest.update_u64(value.size());
+  if (!value.is_phantom()) digest.update(value.bytes());
+  return digest.hex();
+}
+}  // namespace
+
+RunRecorder::RunRecorder(const Scenario& scenario, const SyntheticWorkload& workload)
+    : scenario_(scenario), workload_(workload) {}
+
+void RunRecorder::node_table(const std::vector<NodeInfo>& table, Seconds) { nodes_ = table; }
+
+void RunRecorder::pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) {
+  // Sync: every worker holds the same final aggregates; worker 0's stand for the model.
+  if (scenario_.ps.mode == TrainingMode::kSync && worker == 0 &&
+      static_cast<int>(iteration) == workload_.iterations() - 1)
+    final_digest_[key] = value_digest(key, value);
+}
+
+void RunRecorder::final_store(NodeId, std::uint64_t key, const Payload& store) {
+  final_digest_[key] = value_digest(key, store);
+}
+
+void RunRecorder::iteration_done(int, std::uint32_t iteration, Seconds start, Seconds end) {
+  auto& slowest = slowest_[iteration];
+  slowest = std::max(slowest, end - start);
+}
+
+void RunRecorder::fill(RunReport& report) const {
+  report.iterations.clear();
+  for (const auto& [iteration, seconds] : slowest_)
+    report.iterations.push_back({static_cast<int>(iteration), seconds});
+  report.nodes = nodes_;
+  Digest digest;
+  for (const auto& [key, hex] : final_digest_) {
+    digest.update_u64(key);
+    digest.update(std::as_bytes(std::span(hex.data(), hex.size())));
+  }
+  report.model_digest = final_digest_.empty() ? "" : digest.hex();
+}
+
+std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload& workload, double bandwidth_factor,
+                                    double latency_factor, double cross_traffic) {
+  if (sc.cluster.topology != Topology::kStar || sc.ps.mode != TrainingMode::kSync) return std::nullopt;
+  auto link_of = [&](const std::string& host) {
+    LinkSpec link{sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
+    if (auto it = sc.cluster.host_links.find(host); it != sc.cluster.host_links.end()) link = it->second;
+    return link;
+  };
+  // Colocated roles share a NIC and loopback traffic skips it: the closed form below assumes neither.
+  std::vector<std::string> hosts;
+  for (int s = 0; s < sc.roles.servers; ++s) hosts.push_back(sc.server_host_name(s));
+  for (int w = 0; w < sc.roles.workers; ++w) hosts.push_back(sc.worker_host_name(w));
+  auto sorted = hosts;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;
+
+  const double n = sc.roles.workers;
+  double bound = 0;
+  double max_latency = 0;
+  std::ostringstream why;
+  // Server j must receive n*M_j bytes and send them back; it can send nothing until one whole
+  // partition has arrived from every worker (n*p_j bytes, p_j its smallest partition). Each
+  // direction also carries the model's cross traffic (ACKs) of the other: a share c of n*M_j.
+  for (int s = 0; s < sc.roles.servers; ++s) {
+    double m = 0;
+    double smallest = 0;
+    for (const auto& p : workload.partitions())
+      if (p.server_rank == s) {
+        const double wire = static_cast<double>(p.bytes + kHeaderBytes);
+        m += wire;
+        smallest = smallest == 0 ? wire : std::min(smallest, wire);
+      }
+    const LinkSpec link = link_of(sc.server_host_name(s));
+    const double b = bandwidth_factor * link.bandwidth_Bps;
+    bound = std::max(bound, n * smallest / b + n * m * (1 + cross_traffic) / b);
+    max_latency = std::max(max_latency, link.latency_s);
+  }
+  // Each worker sends and receives the whole model through its own link.
+  double model_wire = 0;
+  for (const auto& p : workload.partitions()) model_wire += static_cast<double>(p.bytes + kHeaderBytes);
+  for (int w = 0; w < sc.roles.workers; ++w) {
+    const LinkSpec link = link_of(sc.worker_host_name(w));
+    bound = std::max(bound, model_wire * (1 + cross_traffic) / (bandwidth_factor * link.bandwidth_Bps));
+    max_latency = std::max(max_latency, link.latency_s);
+  }
+  // A push and its pull each cross two links: pay that latency at least once per iteration.
+  const double latency = 2 * 2 * latency_factor * max_latency;
+  Bound result;
+  result.time_s = sc.workload.compute_s + bound + latency;
+  why << "compute + max(max_j n*(p_j + (1+c)*M_j)/(f*B_j), max_w (1+c)*M/(f*B_w)) + 4*lf*L; n=" << sc.roles.workers
+      << " workers, M_j = wire bytes hashed to server j, p_j its smallest partition, M = " << model_wire
+      << " wire bytes, f = " << bandwidth_factor << " (bandwidth factor), lf = " << latency_factor
+      << " (latency factor), c = " << cross_traffic << " (cross traffic), L = " << max_latency << " s";
+  result.formula = why.str();
+  return result;
+}
+
+}  // namespace pstwin

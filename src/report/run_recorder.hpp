@@ -1,0 +1,41 @@
+// Records what results.json reports about the protocol: per-iteration times (slowest worker), the
+// node table, and the digest of the final aggregates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ps/observer.hpp"
+#include "ps/workload.hpp"
+#include "report/run_report.hpp"
+
+namespace pstwin {
+
+class RunRecorder final : public RunObserver {
+ public:
+  RunRecorder(const Scenario& scenario, const SyntheticWorkload& workload);
+
+  void node_table(const std::vector<NodeInfo>& table, Seconds at) override;
+  void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override;
+  void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override;
+  void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
+
+  // Fills iterations, nodes and model_digest.
+  void fill(RunReport& report) const;
+
+ private:
+  const Scenario& scenario_;
+  const SyntheticWorkload& workload_;
+  std::vector<NodeInfo> nodes_;
+  std::map<std::uint32_t, double> slowest_;           // iteration -> slowest worker's duration
+  std::map<std::uint64_t, std::string> final_digest_;  // key -> digest of its final value
+};
+
+// Lower bound on one sync iteration's time on a star topology (see docs/ARCHITECTURE.md, "Bounds"),
+// or nothing where no closed form applies. Factors are the network model's own.
+std::optional<Bound> analytic_bound(const Scenario& scenario, const SyntheticWorkload& workload,
+                                    double bandwidth_factor, double latency_factor, double cross_traffic);
+
+}  // namespace pstwin

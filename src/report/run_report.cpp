@@ -1,0 +1,192 @@
+#include "report/run_report.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+namespace pstwin {
+namespace {
+
+std::string shell_quote(const std::string& text) {
+  const bool plain = !text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789_-+./=:,@%") == std::string::npos;
+  if (plain) return text;
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+}  // namespace
+
+double RunReport::mean_iteration_s() const {
+  if (iterations.empty()) return 0;
+  double total = 0;
+  for (const auto& it : iterations) total += it.time_s;
+  return total / static_cast<double>(iterations.size());
+}
+
+std::string replay_command(const Scenario& scenario, std::uint64_t seed) {
+  std::string command = "pstwin sim " + shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path) +
+                        " --seed " + std::to_string(seed);
+  for (const auto& [field, value] : scenario.overrides) command += " --set " + shell_quote(field + "=" + value);
+  return command;
+}
+
+nlohmann::ordered_json to_json(const RunReport& r) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["scenario"] = r.scenario;
+  j["backend"] = r.backend;
+  j["seed"] = r.seed;
+  j["completed"] = r.completed;
+  j["failure"] = r.failure;
+  j["iterations"] = ordered_json::array();
+  for (const auto& it : r.iterations) j["iterations"].push_back({{"index", it.index}, {"time_s", it.time_s}});
+  j["mean_iteration_s"] = r.mean_iteration_s();
+  ordered_json inv;
+  inv["checked"] = r.invariants_checked;
+  inv["violation_count"] = r.violation_count;
+  inv["violations"] = ordered_json::array();
+  for (const auto& v : r.violations)
+    inv["violations"].push_back({{"invariant", v.invariant}, {"detail", v.detail}, {"replay", r.replay}});
+  j["invariants"] = inv;
+  j["links"] = ordered_json::array();
+  for (const auto& l : r.links)
+    j["links"].push_back(
+        {{"name", l.name}, {"bytes", l.bytes}, {"bandwidth_Bps", l.bandwidth_Bps}, {"utilization", l.utilization}});
+  j["model_digest"] = r.model_digest;
+  if (r.bound)
+    j["bound"] = {{"time_s", r.bound->time_s}, {"formula", r.bound->formula}};
+  else
+    j["bound"] = nullptr;
+  j["nodes"] = ordered_json::array();
+  for (const auto& n : r.nodes)
+    j["nodes"].push_back({{"id", n.id},
+                          {"role", std::string(role_name(n.role))},
+                          {"rank", n.rank},
+                          {"address", n.address},
+                          {"host", n.host}});
+  j["run_time_s"] = r.run_time_s;
+  j["messages"] = r.messages;
+  j["message_bytes"] = r.message_bytes;
+  j["replay"] = r.replay;
+  j["trace_dropped"] = r.trace_dropped;
+  j["wall_s"] = r.wall_s;
+  return j;
+}
+
+RunReport report_from_json(const nlohmann::ordered_json& j) {
+  RunReport r;
+  r.scenario = j.at("scenario").get<std::string>();
+  r.backend = j.at("backend").get<std::string>();
+  r.seed = j.at("seed").get<std::uint64_t>();
+  r.completed = j.at("completed").get<bool>();
+  r.failure = j.at("failure").get<std::string>();
+  for (const auto& it : j.at("iterations")) r.iterations.push_back({it.at("index"), it.at("time_s")});
+  r.invariants_checked = j.at("invariants").at("checked");
+  r.violation_count = j.at("invariants").at("violation_count");
+  for (const auto& v : j.at("invariants").at("violations")) r.violations.push_back({v.at("invariant"), v.at("detail")});
+  for (const auto& l : j.at("links")) r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
+  r.model_digest = j.at("model_digest").get<std::string>();
+  if (!j.at("bound").is_null()) r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula")};
+  for (const auto& n : j.at("nodes")) {
+    NodeInfo info;
+    info.id = n.at("id");
+    const auto role = n.at("role").get<std::string>();
+    info.role = role == "server" ? Role::kServer : role == "worker" ? Role::kWorker : role == "validator" ? Role::kValidator : Role::kScheduler;
+    info.rank = n.at("rank");
+    info.address = n.at("address");
+    info.host = n.at("host");
+    r.nodes.push_back(info);
+  }
+  r.run_time_s = j.at("run_time_s");
+  r.messages = j.at("messages");
+  r.message_bytes = j.at("message_bytes");
+  r.replay = j.at("replay").get<std::string>();
+  r.trace_dropped = j.at("trace_dropped");
+  r.wall_s = j.at("wall_s");
+  return r;
+}
+
+std::string trace_json(const RunReport& report) {
+  using nlohmann::ordered_json;
+  // Chrome's trace viewer wants integer-ish microseconds; tids are numbered per process in order of
+  // first appearance so the file is deterministic.
+  ordered_json events = ordered_json::array();
+  std::map<std::pair<int, std::string>, int> tids;
+  std::map<int, std::string> processes;
+  for (const auto& span : report.trace) {
+    processes.emplace(span.pid, span.process);
+    auto [it, inserted] = tids.try_emplace({span.pid, span.thread}, static_cast<int>(tids.size()) + 1);
+    if (inserted)
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", span.pid}, {"tid", it->second},
+                        {"args", {{"name", span.thread}}}});
+    events.push_back({{"name", span.name},
+                      {"cat", span.category},
+                      {"ph", "X"},
+                      {"ts", span.start_s * 1e6},
+                      {"dur", (span.end_s - span.start_s) * 1e6},
+                      {"pid", span.pid},
+                      {"tid", it->second}});
+  }
+  for (const auto& [pid, name] : processes)
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
+  ordered_json doc;
+  doc["traceEvents"] = std::move(events);
+  doc["displayTimeUnit"] = "ms";
+  doc["otherData"] = {{"scenario", report.scenario}, {"backend", report.backend}, {"seed", report.seed},
+                      {"dropped_spans", report.trace_dropped}};
+  return doc.dump() + "\n";
+}
+
+void write_outputs(const RunReport& report, const Scenario& scenario, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path base(dir);
+  write_file(base / "results.json", to_json(report).dump(2) + "\n");
+  write_file(base / "resolved.toml", resolved_toml(scenario));
+  if (scenario.output.trace) write_file(base / "trace.json", trace_json(report));
+}
+
+std::string summary_text(const RunReport& r) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(6);
+  out << "scenario " << r.scenario << " (" << r.backend << ", seed " << r.seed << "): "
+      << (r.completed ? "completed" : "DID NOT COMPLETE") << "\n";
+  if (!r.failure.empty()) out << "  failure: " << r.failure << "\n";
+  out << "  iterations: " << r.iterations.size() << ", mean " << r.mean_iteration_s() << " s";
+  if (!r.iterations.empty()) {
+    double slowest = 0;
+    for (const auto& it : r.iterations) slowest = std::max(slowest, it.time_s);
+    out << ", slowest " << slowest << " s";
+  }
+  out << "\n";
+  if (r.bound)
+    out << "  analytic bound: " << r.bound->time_s << " s per iteration (measured/bound = "
+        << (r.bound->time_s > 0 ? r.mean_iteration_s() / r.bound->time_s : 0) << ")\n";
+  out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s << " s\n";
+  double busiest = 0;
+  std::string busiest_name;
+  for (const auto& l : r.links)
+    if (l.utilization > busiest) busiest = l.utilization, busiest_name = l.name;
+  if (!busiest_name.empty()) out << "  busiest link: " << busiest_name << " at " << busiest * 100 << " % utilisation\n";
+  out << "  model digest: " << r.model_digest << "\n";
+  out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
+  for (const auto& v : r.violations) out << "    [" << v.invariant << "] " << v.detail << "\n";
+  if (!r.ok()) out << "  seed " << r.seed << "; replay: " << r.replay << "\n";
+  out.precision(3);
+  out << "  wall: " << r.wall_s << " s\n";
+  return out.str();
+}
+
+}  // namespace pstwin

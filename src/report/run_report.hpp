@@ -1,0 +1,84 @@
+// What a run produced, independent of the backend: written as results.json (and trace.json).
+// Same scenario + same seed => byte-identical results.json except wall_s.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ps/control.hpp"
+#include "ps/invariants.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin {
+
+struct IterationTime {
+  int index = 0;
+  double time_s = 0;  // the slowest worker's duration of this iteration
+};
+
+struct LinkUsage {
+  std::string name;
+  std::uint64_t bytes = 0;
+  double bandwidth_Bps = 0;
+  double utilization = 0;  // bytes / (bandwidth * run time)
+};
+
+struct Bound {
+  double time_s = 0;  // lower bound on one iteration's time
+  std::string formula;
+};
+
+struct TraceSpan {
+  std::string process;  // node label, e.g. "worker 0 (h1)"
+  int pid = 0;
+  std::string thread;   // lane: "main", "copy", "engine.2", "send->server 0", ...
+  std::string category;
+  std::string name;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct RunReport {
+  std::string scenario;
+  std::string backend;  // "sim" or "real"
+  std::uint64_t seed = 0;
+  bool completed = false;
+  std::string failure;  // why the run did not complete ("" if it did)
+  std::vector<IterationTime> iterations;
+  std::uint64_t invariants_checked = 0;
+  std::uint64_t violation_count = 0;
+  std::vector<Violation> violations;
+  std::vector<LinkUsage> links;
+  std::string model_digest;
+  std::optional<Bound> bound;
+  std::vector<NodeInfo> nodes;
+  double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
+  std::uint64_t messages = 0;
+  std::uint64_t message_bytes = 0;
+  std::string replay;     // one-line command reproducing this run
+  double wall_s = 0;
+  std::vector<TraceSpan> trace;
+  std::uint64_t trace_dropped = 0;
+
+  double mean_iteration_s() const;
+  bool ok() const { return completed && violation_count == 0; }
+};
+
+nlohmann::ordered_json to_json(const RunReport& report);
+RunReport report_from_json(const nlohmann::ordered_json& json);  // without trace
+std::string trace_json(const RunReport& report);                  // Chrome trace format
+
+// `pstwin sim FILE --seed N --set k=v ...`, reproducing the scenario as loaded (quoted for a shell).
+std::string replay_command(const Scenario& scenario, std::uint64_t seed);
+
+// Writes results.json, trace.json (if the scenario asks for it) and resolved.toml into `dir`.
+void write_outputs(const RunReport& report, const Scenario& scenario, const std::string& dir);
+
+// A few readable lines for the terminal.
+std::string summary_text(const RunReport& report);
+
+}  // namespace pstwin

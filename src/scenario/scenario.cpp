@@ -1,0 +1,1266 @@
+// Scenario loading. Every field is declared once, in registry() below: its dotted path in the file,
+// how its value is read and written (a codec), and its documentation. Parsing, defaults, unknown-field
+// detection, resolved_toml() and the docs table are all driven by that one list.
+#include "scenario/scenario.hpp"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#pragma GCC diagnostic ignored "-Wpedantic"
+#include <toml++/toml.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <sstream>
+#include <string_view>
+
+#include "scenario/units.hpp"
+
+namespace pstwin {
+namespace {
+
+using units::ParseStatus;
+using units::Quantity;
+
+constexpr std::string_view kLinksPath = "cluster.links";
+constexpr std::array<std::string_view, 2> kLinkKeys{"bandwidth", "latency"};
+
+std::vector<std::uint64_t> default_tensor_bytes() {
+  return {4000000, 1000000, 256000, 64000};
+}
+
+template <typename E>
+using EnumNames = std::span<const std::pair<E, std::string_view>>;
+
+constexpr std::array<std::pair<Topology, std::string_view>, 2> kTopologyNames{
+    {{Topology::kStar, "star"}, {Topology::kTwoTier, "two-tier"}}};
+constexpr std::array<std::pair<TrainingMode, std::string_view>, 2> kModeNames{
+    {{TrainingMode::kSync, "sync"}, {TrainingMode::kAsync, "async"}}};
+constexpr std::array<std::pair<KeyHash, std::string_view>, 3> kKeyHashNames{
+    {{KeyHash::kDjb2, "djb2"}, {KeyHash::kSdbm, "sdbm"}, {KeyHash::kNaive, "naive"}}};
+constexpr std::array<std::pair<PayloadMode, std::string_view>, 2> kPayloadNames{
+    {{PayloadMode::kReal, "real"}, {PayloadMode::kPhantom, "phantom"}}};
+constexpr std::array<std::pair<StagingNaming, std::string_view>, 2> kNamingNames{
+    {{StagingNaming::kPerRank, "per-rank"}, {StagingNaming::kLegacyKeyOnly, "legacy-key-only"}}};
+constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
+
+template <typename E>
+std::string_view enum_text(EnumNames<E> names, E value) {
+  for (const auto& [v, text] : names) {
+    if (v == value) return text;
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text helpers
+
+std::string quote_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          std::array<char, 8> buf{};
+          std::snprintf(buf.data(), buf.size(), "\\u%04x",
+                        static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf.data();
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// A TOML key: bare when it can be, quoted otherwise.
+std::string toml_key(std::string_view key) {
+  const bool bare = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  return bare ? std::string(key) : quote_string(key);
+}
+
+std::string join(std::span<const std::string> items, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string join_path(std::string_view prefix, std::string_view key) {
+  return prefix.empty() ? std::string(key) : std::string(prefix) + "." + std::string(key);
+}
+
+std::vector<std::string> split_path(std::string_view path) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = path.find('.', start);
+    parts.emplace_back(
+        path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+std::string_view parent_of(std::string_view path) {
+  const auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? std::string_view{} : path.substr(0, dot);
+}
+
+std::string_view leaf_of(std::string_view path) {
+  const auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? path : path.substr(dot + 1);
+}
+
+// Edit distance with adjacent transpositions (optimal string alignment), for "did you mean".
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string describe(const toml::node& node);
+
+std::string describe_table(const toml::table& table) {
+  if (table.empty()) return "{}";
+  std::vector<std::string> items;
+  for (const auto& [key, value] : table) items.push_back(toml_key(key.str()) + " = " + describe(value));
+  return "{ " + join(items, ", ") + " }";
+}
+
+// The value as TOML text, for error messages.
+std::string describe(const toml::node& node) {
+  if (const auto* s = node.as_string()) return quote_string(s->get());
+  if (const auto* i = node.as_integer()) return std::to_string(i->get());
+  if (const auto* f = node.as_floating_point()) return units::format_number(f->get());
+  if (const auto* b = node.as_boolean()) return b->get() ? "true" : "false";
+  if (const auto* a = node.as_array()) {
+    std::vector<std::string> items;
+    for (const auto& element : *a) items.push_back(describe(element));
+    return "[" + join(items, ", ") + "]";
+  }
+  if (const auto* t = node.as_table()) return describe_table(*t);
+  std::ostringstream out;  // dates and times
+  node.visit([&out](const auto& value) { out << value; });
+  return out.str();
+}
+
+const toml::node* find_node(const toml::table& root, std::string_view path) {
+  const toml::table* table = &root;
+  const auto parts = split_path(path);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const toml::node* node = table->get(parts[i]);
+    if (node == nullptr || i + 1 == parts.size()) return node;
+    table = node->as_table();
+    if (table == nullptr) return nullptr;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where a value came from: a line of the file, or a --set override.
+
+class Origins {
+ public:
+  explicit Origins(std::string file) : file_(std::move(file)) {}
+
+  const std::string& file() const { return file_; }
+
+  void overridden(const std::string& path, std::string origin) {
+    std::erase_if(overrides_, [&](const auto& entry) { return covers(path, entry.first); });
+    overrides_[path] = std::move(origin);
+  }
+
+  // "file:line", "file" (a default, or no line known), or "--set path=value".
+  std::string where(std::string_view path, const toml::node* node) const {
+    const std::string* best = nullptr;
+    for (const auto& [overridden_path, origin] : overrides_) {
+      if (covers(overridden_path, path) && (best == nullptr || overridden_path.size() > best->size())) {
+        best = &origin;
+      }
+    }
+    if (best != nullptr) return *best;
+    if (node != nullptr && node->source().begin.line > 0) {
+      return file_ + ":" + std::to_string(node->source().begin.line);
+    }
+    return file_;
+  }
+
+ private:
+  // Whether `path` is `outer` or lies inside it ("a.b" covers "a.b.c" and "a.b[2]").
+  static bool covers(std::string_view outer, std::string_view path) {
+    if (!path.starts_with(outer)) return false;
+    return path.size() == outer.size() || path[outer.size()] == '.' || path[outer.size()] == '[';
+  }
+
+  std::string file_;
+  std::map<std::string, std::string, std::less<>> overrides_;
+};
+
+// One value being read: what a codec needs to read it and to complain about it.
+struct Value {
+  const toml::node& node;
+  std::string path;
+  const Origins& origins;
+  const Scenario& scenario;  // the fields read so far (links default to the host link)
+
+  [[noreturn]] void fail(std::string_view problem) const {
+    throw ScenarioError(origins.where(path, &node) + ": " + path + " = " + describe(node) + ": " +
+                        std::string(problem));
+  }
+
+  Value element(std::size_t index, const toml::node& element_node) const {
+    return Value{element_node, path + "[" + std::to_string(index) + "]", origins, scenario};
+  }
+  Value member(std::string_view key, const toml::node& member_node) const {
+    return Value{member_node, join_path(path, key), origins, scenario};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Codecs: how one kind of field is read, written and documented.
+
+struct StringCodec {
+  static constexpr bool kWantsString = true;  // --set name=123 means the text "123"
+  static constexpr bool kIsList = false;
+  std::string type() const { return "string"; }
+  std::string read(const Value& v) const {
+    if (const auto* s = v.node.as_string()) return s->get();
+    v.fail("expected a string");
+  }
+  std::string write(const std::string& value) const { return quote_string(value); }
+};
+
+std::string choices_text(std::span<const std::string_view> choices) {
+  std::vector<std::string> quoted;
+  for (const auto& choice : choices) quoted.push_back(quote_string(choice));
+  return join(quoted, ", ");
+}
+
+// A string from a fixed set (kept as a string in the struct).
+struct ChoiceCodec {
+  static constexpr bool kWantsString = true;
+  static constexpr bool kIsList = false;
+  std::span<const std::string_view> choices;
+  std::string type() const { return "one of " + choices_text(choices); }
+  std::string read(const Value& v) const {
+    const auto* s = v.node.as_string();
+    if (s != nullptr && std::find(choices.begin(), choices.end(), s->get()) != choices.end()) return s->get();
+    v.fail("unknown value; expected one of " + choices_text(choices));
+  }
+  std::string write(const std::string& value) const { return quote_string(value); }
+};
+
+template <typename E>
+struct EnumCodec {
+  static constexpr bool kWantsString = true;
+  static constexpr bool kIsList = false;
+  EnumNames<E> names;
+  std::string choices() const {
+    std::vector<std::string_view> texts;
+    for (const auto& entry : names) texts.push_back(entry.second);
+    return choices_text(texts);
+  }
+  std::string type() const { return "one of " + choices(); }
+  E read(const Value& v) const {
+    if (const auto* s = v.node.as_string()) {
+      for (const auto& [value, text] : names) {
+        if (text == s->get()) return value;
+      }
+    }
+    v.fail("unknown value; expected one of " + choices());
+  }
+  std::string write(E value) const { return quote_string(enum_text(names, value)); }
+};
+
+struct IntCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  int min = std::numeric_limits<int>::min();
+  std::string type() const {
+    return min == std::numeric_limits<int>::min() ? "integer" : "integer >= " + std::to_string(min);
+  }
+  int read(const Value& v) const {
+    const auto* i = v.node.as_integer();
+    if (i == nullptr) v.fail("expected an integer");
+    if (i->get() < min) v.fail("must be at least " + std::to_string(min));
+    if (i->get() > std::numeric_limits<int>::max()) v.fail("is too large");
+    return static_cast<int>(i->get());
+  }
+  std::string write(int value) const { return std::to_string(value); }
+};
+
+// Unsigned 64-bit: TOML integers stop at 2^63 - 1, so larger values are written as digit strings.
+struct UInt64Codec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  std::string type() const { return "integer >= 0"; }
+  std::uint64_t read(const Value& v) const {
+    if (const auto* i = v.node.as_integer()) {
+      if (i->get() < 0) v.fail("must not be negative");
+      return static_cast<std::uint64_t>(i->get());
+    }
+    if (const auto* s = v.node.as_string()) {
+      std::uint64_t value = 0;
+      const std::string& text = s->get();
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec == std::errc{} && end == text.data() + text.size() && !text.empty()) return value;
+    }
+    v.fail("expected a non-negative integer");
+  }
+  std::string write(std::uint64_t value) const {
+    const std::string digits = std::to_string(value);
+    return value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? quote_string(digits)
+                                                                                        : digits;
+  }
+};
+
+struct BoolCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  std::string type() const { return "boolean"; }
+  bool read(const Value& v) const {
+    if (const auto* b = v.node.as_boolean()) return b->get();
+    v.fail("expected true or false");
+  }
+  std::string write(bool value) const { return value ? "true" : "false"; }
+};
+
+// A plain number without unit (factors, tolerances).
+struct RealCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  double min = 0;
+  std::string type() const { return "number >= " + units::format_number(min); }
+  double read(const Value& v) const {
+    double value = 0;
+    if (const auto* i = v.node.as_integer()) {
+      value = static_cast<double>(i->get());
+    } else if (const auto* f = v.node.as_floating_point(); f != nullptr && std::isfinite(f->get())) {
+      value = f->get();
+    } else {
+      v.fail("expected a number");
+    }
+    if (value < min) v.fail("must be at least " + units::format_number(min));
+    return value;
+  }
+  std::string write(double value) const { return units::format_number(value); }
+};
+
+std::string_view quantity_name(Quantity quantity) {
+  switch (quantity) {
+    case Quantity::kSize:
+      return "size";
+    case Quantity::kBandwidth:
+      return "bandwidth";
+    case Quantity::kDuration:
+      return "duration";
+    case Quantity::kFlops:
+      return "speed";
+  }
+  return "";
+}
+
+std::string unreadable(Quantity quantity) {
+  switch (quantity) {
+    case Quantity::kSize:
+      return "cannot read a size; write e.g. \"4MB\", \"4MiB\", \"512B\" or a number of bytes";
+    case Quantity::kBandwidth:
+      return "cannot read a bandwidth; write e.g. \"10Gbps\", \"1.25GBps\" or a number of bytes per second";
+    case Quantity::kDuration:
+      return "cannot read a duration; write e.g. \"5us\", \"2ms\", \"1.5s\" or a number of seconds";
+    case Quantity::kFlops:
+      return "cannot read a speed; write e.g. \"100Gf\", \"1.5Tf\" or a number of flops";
+  }
+  return "";
+}
+
+// Bandwidths, durations and speeds: stored as doubles in base units.
+struct QuantityCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  Quantity quantity;
+  bool positive = false;
+  std::string type() const {
+    const std::string name = quantity == Quantity::kFlops ? "flops" : std::string(quantity_name(quantity));
+    return positive ? name + " > 0" : name;
+  }
+  double read(const Value& v) const {
+    double value = 0;
+    if (const auto* s = v.node.as_string()) {
+      const auto parsed = units::parse_real(quantity, s->get());
+      if (parsed.status == ParseStatus::kNegative) v.fail("must not be negative");
+      if (parsed.status == ParseStatus::kOutOfRange) v.fail("is out of range");
+      if (parsed.status != ParseStatus::kOk) v.fail(unreadable(quantity));
+      value = parsed.value;
+    } else if (const auto* i = v.node.as_integer()) {
+      value = static_cast<double>(i->get());
+    } else if (const auto* f = v.node.as_floating_point(); f != nullptr && std::isfinite(f->get())) {
+      value = f->get();
+    } else {
+      v.fail(unreadable(quantity));
+    }
+    if (value < 0) v.fail("must not be negative");
+    if (positive && value == 0) v.fail("must be greater than 0");
+    return value;
+  }
+  std::string write(double value) const { return units::format_real(quantity, value); }
+};
+
+std::uint64_t read_size(const Value& v) {
+  if (const auto* s = v.node.as_string()) {
+    const auto parsed = units::parse_size(s->get());
+    switch (parsed.status) {
+      case ParseStatus::kOk:
+        return parsed.value;
+      case ParseStatus::kNegative:
+        v.fail("must not be negative");
+      case ParseStatus::kNotWhole:
+        v.fail("is not a whole number of bytes");
+      case ParseStatus::kOutOfRange:
+        v.fail("is out of range");
+      case ParseStatus::kSyntax:
+        break;
+    }
+  } else if (const auto* i = v.node.as_integer()) {
+    if (i->get() < 0) v.fail("must not be negative");
+    return static_cast<std::uint64_t>(i->get());
+  } else if (const auto* f = v.node.as_floating_point()) {
+    const double value = f->get();
+    if (value < 0) v.fail("must not be negative");
+    if (!std::isfinite(value) || value >= 0x1p64) v.fail("is out of range");
+    if (value != std::floor(value)) v.fail("is not a whole number of bytes");
+    return static_cast<std::uint64_t>(value);
+  }
+  v.fail(unreadable(Quantity::kSize));
+}
+
+struct SizeCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  std::uint64_t min = 0;
+  std::uint64_t multiple = 1;
+  std::string type() const {
+    std::string text = "size";
+    if (min > 0) text += " >= " + std::to_string(min) + "B";
+    if (multiple > 1) text += ", multiple of " + std::to_string(multiple) + "B";
+    return text;
+  }
+  std::uint64_t read(const Value& v) const {
+    const std::uint64_t value = read_size(v);
+    if (value < min) v.fail("must be at least " + std::to_string(min) + " bytes");
+    if (value % multiple != 0) {
+      v.fail("must be a multiple of " + std::to_string(multiple) + " bytes (float32 elements); e.g. " +
+             units::format_size(value - value % multiple));
+    }
+    return value;
+  }
+  std::string write(std::uint64_t value) const { return units::format_size(value); }
+};
+
+// Tensor sizes: each a positive multiple of 4 bytes (float32 elements).
+struct TensorSizesCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = true;
+  std::string type() const { return "array of sizes (each > 0, multiple of 4B)"; }
+  std::vector<std::uint64_t> read(const Value& v) const {
+    const auto* array = v.node.as_array();
+    if (array == nullptr) v.fail("expected an array of sizes, e.g. [\"4MB\", \"1MB\", 4096]");
+    std::vector<std::uint64_t> sizes;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const Value element = v.element(i, *array->get(i));
+      const std::uint64_t size = read_size(element);
+      if (size == 0 || size % 4 != 0) {
+        element.fail("a tensor must be a positive multiple of 4 bytes (float32 elements); e.g. " +
+                     units::format_size(std::max<std::uint64_t>(4, size - size % 4)));
+      }
+      sizes.push_back(size);
+    }
+    return sizes;
+  }
+  std::string write(const std::vector<std::uint64_t>& sizes) const {
+    std::vector<std::string> items;
+    for (const auto size : sizes) items.push_back(units::format_size(size));
+    return "[" + join(items, ", ") + "]";
+  }
+};
+
+struct HostListCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = true;
+  std::string type() const { return "array of host names"; }
+  std::vector<std::string> read(const Value& v) const {
+    const auto* array = v.node.as_array();
+    if (array == nullptr) v.fail("expected an array of host names, e.g. [\"h1\", \"h2\"]");
+    std::vector<std::string> hosts;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = *array->get(i);
+      if (!element.is_string()) v.element(i, element).fail("expected a host name string, e.g. \"h1\"");
+      hosts.push_back(element.as_string()->get());
+    }
+    return hosts;
+  }
+  std::string write(const std::vector<std::string>& hosts) const {
+    std::vector<std::string> items;
+    for (const auto& host : hosts) items.push_back(quote_string(host));
+    return "[" + join(items, ", ") + "]";
+  }
+};
+
+// [cluster.links.<host>]: bandwidth and latency; a missing one takes the host default.
+struct LinksCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  std::string type() const { return "table: host -> { bandwidth, latency }"; }
+  std::map<std::string, LinkSpec> read(const Value& v) const {
+    const auto* table = v.node.as_table();
+    if (table == nullptr)
+      v.fail("expected a table of hosts, e.g. [cluster.links.h1] with bandwidth = \"1Gbps\"");
+    std::map<std::string, LinkSpec> links;
+    for (const auto& [key, node] : *table) {
+      const Value host = v.member(key.str(), node);
+      const auto* fields = node.as_table();
+      if (fields == nullptr) host.fail("expected a table with bandwidth and/or latency");
+      LinkSpec spec{v.scenario.cluster.host_bandwidth_Bps, v.scenario.cluster.host_latency_s};
+      if (const auto* bw = fields->get(kLinkKeys[0])) {
+        spec.bandwidth_Bps = QuantityCodec{Quantity::kBandwidth, true}.read(host.member(kLinkKeys[0], *bw));
+      }
+      if (const auto* lat = fields->get(kLinkKeys[1])) {
+        spec.latency_s = QuantityCodec{Quantity::kDuration, false}.read(host.member(kLinkKeys[1], *lat));
+      }
+      links.emplace(std::string(key.str()), spec);
+    }
+    return links;
+  }
+  std::string write(const std::map<std::string, LinkSpec>& links) const {
+    if (links.empty()) return "{}";
+    std::vector<std::string> items;
+    for (const auto& [host, spec] : links) {
+      items.push_back(toml_key(host) +
+                      " = { bandwidth = " + units::format_real(Quantity::kBandwidth, spec.bandwidth_Bps) +
+                      ", latency = " + units::format_real(Quantity::kDuration, spec.latency_s) + " }");
+    }
+    return "{ " + join(items, ", ") + " }";
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The registry
+
+struct Field {
+  std::string_view path;
+  std::string_view doc;
+  std::string type;
+  bool wants_string = false;  // --set values that are not TOML strings are taken as text
+  bool is_list = false;       // --set values that are not TOML arrays are split on commas
+  std::function<void(const Value&, Scenario&)> read;
+  std::function<std::string(const Scenario&)> write;
+};
+
+// `access` is a generic lambda returning the member, so one accessor serves reading and writing.
+template <typename Codec, typename Access>
+Field make_field(std::string_view path, Access access, Codec codec, std::string_view doc) {
+  return Field{
+      .path = path,
+      .doc = doc,
+      .type = codec.type(),
+      .wants_string = Codec::kWantsString,
+      .is_list = Codec::kIsList,
+      .read = [access, codec](const Value& v, Scenario& s) { access(s) = codec.read(v); },
+      .write = [access, codec](const Scenario& s) { return codec.write(access(s)); },
+  };
+}
+
+#define PSTWIN_MEMBER(member) \
+  [](auto& s) -> auto& {      \
+    return s.member;          \
+  }
+
+std::vector<Field> make_registry() {
+  const auto bandwidth = QuantityCodec{Quantity::kBandwidth, true};
+  const auto duration = QuantityCodec{Quantity::kDuration, false};
+  const auto positive_duration = QuantityCodec{Quantity::kDuration, true};
+  std::vector<Field> f;
+  // Top level
+  f.push_back(
+      make_field("name", PSTWIN_MEMBER(name), StringCodec{}, "Name of the scenario, shown in reports."));
+  f.push_back(make_field("description", PSTWIN_MEMBER(description), StringCodec{}, "Free-text description."));
+  f.push_back(make_field("seed", PSTWIN_MEMBER(seed), UInt64Codec{},
+                         "Seed of every random stream (jitter, payload data): same seed, same run."));
+  // [cluster]
+  f.push_back(make_field("cluster.topology", PSTWIN_MEMBER(cluster.topology),
+                         EnumCodec<Topology>{kTopologyNames},
+                         "`star`: every host on one switch; `two-tier`: hosts spread round-robin over racks, "
+                         "each rack linked to a core switch by an uplink."));
+  f.push_back(make_field("cluster.hosts", PSTWIN_MEMBER(cluster.hosts), IntCodec{0},
+                         "Number of hosts, named h0..h{N-1}; 0: one host per node (1 scheduler + servers + "
+                         "workers)."));
+  f.push_back(make_field("cluster.host_bandwidth", PSTWIN_MEMBER(cluster.host_bandwidth_Bps), bandwidth,
+                         "Bandwidth of every host's NIC, full duplex."));
+  f.push_back(make_field("cluster.host_latency", PSTWIN_MEMBER(cluster.host_latency_s), duration,
+                         "Latency of every host's link."));
+  f.push_back(make_field("cluster.host_speed", PSTWIN_MEMBER(cluster.host_speed_flops),
+                         QuantityCodec{Quantity::kFlops, true}, "Compute speed of one core."));
+  f.push_back(
+      make_field("cluster.host_cores", PSTWIN_MEMBER(cluster.host_cores), IntCodec{1}, "Cores per host."));
+  f.push_back(make_field("cluster.racks", PSTWIN_MEMBER(cluster.racks), IntCodec{0},
+                         "`two-tier` only (and then at least 1): number of racks; hosts go round-robin over "
+                         "them."));
+  f.push_back(make_field("cluster.rack_uplink_bandwidth", PSTWIN_MEMBER(cluster.rack_uplink_bandwidth_Bps),
+                         bandwidth, "`two-tier` only: bandwidth of each rack's uplink."));
+  f.push_back(make_field("cluster.rack_uplink_latency", PSTWIN_MEMBER(cluster.rack_uplink_latency_s),
+                         duration, "`two-tier` only: latency of each rack's uplink."));
+  f.push_back(make_field("cluster.links", PSTWIN_MEMBER(cluster.host_links), LinksCodec{},
+                         "Per-host link overrides, written as tables `[cluster.links.h3]` with `bandwidth` "
+                         "and/or `latency`; a missing one takes cluster.host_bandwidth / "
+                         "cluster.host_latency."));
+  // [roles]
+  f.push_back(make_field("roles.servers", PSTWIN_MEMBER(roles.servers), IntCodec{1}, "Number of servers."));
+  f.push_back(make_field("roles.workers", PSTWIN_MEMBER(roles.workers), IntCodec{1}, "Number of workers."));
+  f.push_back(make_field("roles.scheduler_host", PSTWIN_MEMBER(roles.scheduler_host), StringCodec{},
+                         "Host of the scheduler; empty: h0."));
+  f.push_back(make_field("roles.server_hosts", PSTWIN_MEMBER(roles.server_hosts), HostListCodec{},
+                         "Server r runs on list[r % size]; empty: on h{(1 + r) % hosts}."));
+  f.push_back(make_field("roles.worker_hosts", PSTWIN_MEMBER(roles.worker_hosts), HostListCodec{},
+                         "Worker r runs on list[r % size]; empty: on h{(1 + servers + r) % hosts}."));
+  // [ps]
+  f.push_back(make_field("ps.mode", PSTWIN_MEMBER(ps.mode), EnumCodec<TrainingMode>{kModeNames},
+                         "`sync`: each iteration aggregates every worker's push before anyone pulls; "
+                         "`async`: servers apply each push as it arrives."));
+  f.push_back(make_field("ps.partition_bytes", PSTWIN_MEMBER(ps.partition_bytes), SizeCodec{4, 4},
+                         "Tensors are split into partitions of at most this size (BYTEPS_PARTITION_BYTES)."));
+  f.push_back(make_field("ps.key_hash", PSTWIN_MEMBER(ps.key_hash), EnumCodec<KeyHash>{kKeyHashNames},
+                         "Hash that assigns partition keys to servers (BYTEPS_KEY_HASH_FN)."));
+  f.push_back(make_field("ps.server_engine_threads", PSTWIN_MEMBER(ps.server_engine_threads), IntCodec{1},
+                         "Summation threads per server (BYTEPS_SERVER_ENGINE_THREAD)."));
+  f.push_back(
+      make_field("ps.scheduling_credit", PSTWIN_MEMBER(ps.scheduling_credit), IntCodec{0},
+                 "Partitions a worker may have pushed and not yet acknowledged (BYTEPS_SCHEDULING_CREDIT); "
+                 "0: no limit, so pull requests queue behind every remaining push."));
+  f.push_back(make_field("ps.heartbeat_interval", PSTWIN_MEMBER(ps.heartbeat_interval_s), positive_duration,
+                         "Time between a node's heartbeats to the scheduler."));
+  f.push_back(make_field("ps.heartbeat_timeout", PSTWIN_MEMBER(ps.heartbeat_timeout_s), positive_duration,
+                         "A node silent this long counts as dead; must exceed ps.heartbeat_interval."));
+  f.push_back(make_field("ps.connect_timeout", PSTWIN_MEMBER(ps.connect_timeout_s), positive_duration,
+                         "How long a node waits for the scheduler's node table."));
+  // [workload]
+  f.push_back(make_field("workload.tensor_bytes", PSTWIN_MEMBER(workload.tensor_bytes), TensorSizesCodec{},
+                         "Declared tensors in layer order (earlier = higher priority). If neither this nor "
+                         "workload.model_bytes is set: [\"4MB\", \"1MB\", \"256KB\", \"64KB\"]."));
+  f.push_back(
+      make_field("workload.model_bytes", PSTWIN_MEMBER(workload.model_bytes), SizeCodec{},
+                 "Instead of tensor_bytes: total model size (rounded down to a multiple of 4B), split "
+                 "into workload.tensors nearly equal tensors."));
+  f.push_back(make_field("workload.tensors", PSTWIN_MEMBER(workload.tensors), IntCodec{0},
+                         "Number of tensors workload.model_bytes is split into; only with model_bytes."));
+  f.push_back(make_field("workload.compute", PSTWIN_MEMBER(workload.compute_s), duration,
+                         "Compute time per iteration, before pushing."));
+  f.push_back(make_field("workload.iterations", PSTWIN_MEMBER(workload.iterations), IntCodec{1},
+                         "Training iterations."));
+  f.push_back(make_field("workload.payload", PSTWIN_MEMBER(workload.payload),
+                         EnumCodec<PayloadMode>{kPayloadNames},
+                         "`real`: messages carry float32 data that servers really sum; `phantom`: messages "
+                         "carry sizes only."));
+  f.push_back(make_field("workload.sum_bandwidth", PSTWIN_MEMBER(workload.sum_bandwidth_Bps), bandwidth,
+                         "Server float32 summation speed (cost model)."));
+  // [staging]
+  f.push_back(make_field("staging.enabled", PSTWIN_MEMBER(staging.enabled), BoolCodec{},
+                         "Copy pushed data into a staging buffer before it is summed."));
+  f.push_back(make_field("staging.naming", PSTWIN_MEMBER(staging.naming),
+                         EnumCodec<StagingNaming>{kNamingNames},
+                         "How staging buffers are named: `per-rank` (key and worker rank) or "
+                         "`legacy-key-only` (key only)."));
+  f.push_back(make_field("staging.copy_bandwidth", PSTWIN_MEMBER(staging.copy_bandwidth_Bps), bandwidth,
+                         "memcpy speed into the staging buffer (cost model)."));
+  f.push_back(make_field("staging.job", PSTWIN_MEMBER(staging.job), StringCodec{},
+                         "Job name, part of every staging buffer name."));
+  // [perturbation]
+  f.push_back(make_field("perturbation.delivery_jitter", PSTWIN_MEMBER(perturbation.delivery_jitter_s),
+                         duration, "Extra delay per message, uniform in [0, x]."));
+  f.push_back(make_field("perturbation.executor_jitter", PSTWIN_MEMBER(perturbation.executor_jitter_s),
+                         duration, "Extra delay before each executor task, uniform in [0, x]."));
+  f.push_back(make_field("perturbation.compute_jitter", PSTWIN_MEMBER(perturbation.compute_jitter_s),
+                         duration, "Extra compute per iteration per worker, uniform in [0, x]."));
+  f.push_back(make_field("perturbation.start_jitter", PSTWIN_MEMBER(perturbation.start_jitter_s), duration,
+                         "Start offset of each node, uniform in [0, x]."));
+  // [network]
+  f.push_back(make_field("network.model", PSTWIN_MEMBER(network.model), ChoiceCodec{kNetworkModels},
+                         "SimGrid network model."));
+  f.push_back(make_field("network.bandwidth_factor", PSTWIN_MEMBER(network.bandwidth_factor), RealCodec{0},
+                         "SimGrid bandwidth factor; 0: the model's own (LV08: 0.97)."));
+  f.push_back(make_field("network.latency_factor", PSTWIN_MEMBER(network.latency_factor), RealCodec{0},
+                         "SimGrid latency factor. Default 1: LV08's own 13.01 models a fresh connection and is 2-7x "
+                         "too pessimistic for messages on an open one; 0: the model's own."));
+  f.push_back(make_field("network.tcp_gamma", PSTWIN_MEMBER(network.tcp_gamma), RealCodec{0},
+                         "SimGrid TCP window bound (bytes); 0: SimGrid's default (4194304)."));
+  // [invariants]
+  f.push_back(make_field("invariants.aggregates", PSTWIN_MEMBER(invariants.aggregates), BoolCodec{},
+                         "Check that every aggregate equals the exact sum of its distinct contributions."));
+  f.push_back(make_field("invariants.updates", PSTWIN_MEMBER(invariants.updates), BoolCodec{},
+                         "Check that no update is applied twice or lost."));
+  f.push_back(make_field("invariants.sync_identical", PSTWIN_MEMBER(invariants.sync_identical), BoolCodec{},
+                         "`sync` mode: check that all workers hold identical parameters after each "
+                         "iteration."));
+  f.push_back(make_field("invariants.bound_tolerance", PSTWIN_MEMBER(invariants.bound_tolerance),
+                         RealCodec{0},
+                         "> 0: a violation if the mean iteration time exceeds the analytic bound * (1 + "
+                         "tolerance); 0: not checked."));
+  // [output]
+  f.push_back(
+      make_field("output.trace", PSTWIN_MEMBER(output.trace), BoolCodec{}, "Record a message trace."));
+  f.push_back(make_field("output.trace_max_events", PSTWIN_MEMBER(output.trace_max_events), UInt64Codec{},
+                         "Stop recording the trace after this many events."));
+  // [sim]
+  f.push_back(make_field("sim.max_time", PSTWIN_MEMBER(sim.max_time_s), positive_duration,
+                         "Simulated-time guard: a run still going at this time has stalled and fails."));
+  f.push_back(make_field("sim.stack_size_kb", PSTWIN_MEMBER(sim.stack_size_kb), IntCodec{16},
+                         "Stack size of each simulated actor, in KiB."));
+  // [faults]
+  f.push_back(make_field("faults.scheduler_start_delay", PSTWIN_MEMBER(faults.scheduler_start_delay_s),
+                         duration, "Start the scheduler this late (exercises ps.connect_timeout)."));
+  return f;
+}
+
+#undef PSTWIN_MEMBER
+
+// Indexes over the registry: field lookup, the table tree, and "did you mean" suggestions.
+class Schema {
+ public:
+  enum class Kind { kField, kTable, kUnknown };
+
+  static const Schema& get() {
+    static const Schema schema;
+    return schema;
+  }
+
+  std::span<const Field> fields() const { return fields_; }
+
+  const Field* field(std::string_view path) const {
+    const auto it = by_path_.find(path);
+    return it == by_path_.end() ? nullptr : it->second;
+  }
+
+  Kind classify(std::string_view path) const {
+    if (path == kLinksPath) return Kind::kTable;  // a field whose value is a table of hosts
+    if (by_path_.contains(path)) return Kind::kField;
+    if (children_.contains(path)) return Kind::kTable;
+    if (path.starts_with(std::string(kLinksPath) + ".")) {
+      const auto rest = split_path(path.substr(kLinksPath.size() + 1));
+      if (rest.size() == 1 && !rest[0].empty()) return Kind::kTable;
+      if (rest.size() == 2 && !rest[0].empty() && is_link_key(rest[1])) return Kind::kField;
+    }
+    return Kind::kUnknown;
+  }
+
+  // The keys a table may hold.
+  std::vector<std::string> children(std::string_view table) const {
+    if (table.starts_with(std::string(kLinksPath) + ".")) return {kLinkKeys.begin(), kLinkKeys.end()};
+    const auto it = children_.find(table);
+    return it == children_.end() ? std::vector<std::string>{} : it->second;
+  }
+
+  // `unknown field "x.y"; did you mean "x.z"?`, or the valid fields of the table it is in.
+  std::string unknown_field(std::string_view path) const {
+    std::string message = "unknown field " + quote_string(path);
+    if (const auto fix = suggest(std::string(path), 0))
+      return message + "; did you mean " + quote_string(*fix) + "?";
+    // Name the deepest table that exists and list what it holds.
+    const auto parts = split_path(path);
+    std::string table;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      const std::string next = join_path(table, parts[i]);
+      if (classify(next) != Kind::kTable) break;
+      table = next;
+    }
+    if (table == kLinksPath)
+      return message + "; write per-host links as [cluster.links.h3] with bandwidth and latency";
+    const auto keys = children(table);
+    return message +
+           (table.empty() ? "; top-level fields and tables are: " : "; fields of [" + table + "] are: ") +
+           join(keys, ", ");
+  }
+
+ private:
+  Schema() : fields_(make_registry()) {
+    children_[""];  // the root, even if empty
+    std::set<std::string, std::less<>> closed_tables;
+    std::string current_table;
+    for (const Field& field : fields_) {
+      if (!by_path_.emplace(field.path, &field).second) {
+        throw std::logic_error("scenario registry: field " + std::string(field.path) + " is declared twice");
+      }
+      const auto parts = split_path(field.path);
+      std::string prefix;
+      for (const auto& part : parts) {
+        auto& keys = children_[prefix];
+        if (std::find(keys.begin(), keys.end(), part) == keys.end()) keys.push_back(part);
+        prefix = join_path(prefix, part);
+      }
+      // resolved_toml() writes one [table] section per table: each table's fields must be contiguous.
+      const std::string table(parent_of(field.path));
+      if (table != current_table) {
+        if (closed_tables.contains(table) || (table.empty() && !current_table.empty())) {
+          throw std::logic_error("scenario registry: fields of [" + table + "] are not contiguous");
+        }
+        closed_tables.insert(current_table);
+        current_table = table;
+      }
+    }
+  }
+
+  static bool is_link_key(std::string_view key) {
+    return std::find(kLinkKeys.begin(), kLinkKeys.end(), key) != kLinkKeys.end();
+  }
+
+  // The closest key among `candidates`, if close enough to be a plausible typo.
+  static std::optional<std::string> closest(std::string_view key, std::span<const std::string> candidates) {
+    const std::size_t limit = std::max<std::size_t>(2, key.size() / 3);
+    std::optional<std::string> best;
+    std::size_t best_distance = limit + 1;
+    for (const auto& candidate : candidates) {
+      const std::size_t distance = edit_distance(key, candidate);
+      if (distance < best_distance) {
+        best_distance = distance;
+        best = candidate;
+      }
+    }
+    return best;
+  }
+
+  std::optional<std::string> suggest(const std::string& path, std::size_t depth) const {
+    const auto parts = split_path(path);
+    if (depth > parts.size()) return std::nullopt;
+    std::string prefix;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const std::string next = join_path(prefix, parts[i]);
+      const Kind kind = classify(next);
+      const bool last = i + 1 == parts.size();
+      if ((last && kind == Kind::kField) || (!last && kind == Kind::kTable)) {
+        prefix = next;
+        continue;
+      }
+      if (classify(prefix) == Kind::kTable && prefix != kLinksPath) {
+        // Fix this component, keep the rest, and fix further components if needed.
+        if (const auto fixed = closest(parts[i], children(prefix)); fixed && *fixed != parts[i]) {
+          std::string candidate = join_path(prefix, *fixed);
+          for (std::size_t j = i + 1; j < parts.size(); ++j) candidate = join_path(candidate, parts[j]);
+          if (classify(candidate) != Kind::kUnknown) return candidate;
+          if (auto deeper = suggest(candidate, depth + 1)) return deeper;
+        }
+      }
+      break;
+    }
+    if (depth > 0) return std::nullopt;
+    // The right name in the wrong table: "workload.partition_bytes" -> "ps.partition_bytes".
+    const std::string_view leaf = leaf_of(path);
+    for (const Field& field : fields_) {
+      if (leaf_of(field.path) == leaf && field.path != path) return std::string(field.path);
+    }
+    return std::nullopt;
+  }
+
+  std::vector<Field> fields_;
+  std::map<std::string_view, const Field*, std::less<>> by_path_;
+  std::map<std::string, std::vector<std::string>, std::less<>> children_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// --set overrides
+
+std::optional<toml::table> parse_toml_value(std::string_view text) {
+  try {
+    toml::table table = toml::parse("v = " + std::string(text), std::string_view("--set"));
+    if (table.size() == 1 && table.contains("v")) return table;
+  } catch (const toml::parse_error&) {
+    // Not TOML: the caller takes the text as a plain string.
+  }
+  return std::nullopt;
+}
+
+// The value of `--set path=text` as a TOML node, held under the key "v".
+toml::table override_value(std::string_view text, bool wants_string, bool is_list) {
+  toml::table holder;
+  if (auto parsed = parse_toml_value(text)) {
+    const toml::node& value = *parsed->get("v");
+    if (wants_string && !value.is_string()) {
+      holder.insert("v", std::string(text));
+      return holder;
+    }
+    if (!is_list || value.is_array()) return std::move(*parsed);
+  }
+  if (is_list) {
+    // "h1,h2" or "4MB,1MB": comma-separated items, each a TOML value or else a string.
+    toml::array items;
+    std::string_view rest = text;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (auto parsed_item = parse_toml_value(item);
+          parsed_item && !parsed_item->get("v")->is_array() && !parsed_item->get("v")->is_table()) {
+        items.push_back(std::move(*parsed_item->get("v")));
+      } else {
+        items.push_back(std::string(item));
+      }
+    }
+    holder.insert("v", std::move(items));
+    return holder;
+  }
+  holder.insert("v", std::string(text));
+  return holder;
+}
+
+void apply_override(toml::table& root, const std::string& path, const std::string& text, Origins& origins,
+                    const Schema& schema) {
+  const std::string origin = "--set " + path + "=" + text;
+  switch (schema.classify(path)) {
+    case Schema::Kind::kUnknown:
+      throw ScenarioError(origin + ": " + schema.unknown_field(path));
+    case Schema::Kind::kTable:
+      // Only a link host may be given whole ({ bandwidth = ..., latency = ... }); others field by field.
+      if (!path.starts_with(std::string(kLinksPath) + ".")) {
+        throw ScenarioError(origin + ": " + path + " is a table, not a field; set one of its fields: " +
+                            join(schema.children(path), ", "));
+      }
+      break;
+    case Schema::Kind::kField:
+      break;
+  }
+  const Field* field = schema.field(path);
+  toml::table holder =
+      override_value(text, field != nullptr && field->wants_string, field != nullptr && field->is_list);
+
+  const auto parts = split_path(path);
+  toml::table* table = &root;
+  std::string prefix;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    prefix = join_path(prefix, parts[i]);
+    toml::node* node = table->get(parts[i]);
+    if (node == nullptr) node = &table->insert(parts[i], toml::table{}).first->second;
+    table = node->as_table();
+    if (table == nullptr) {
+      throw ScenarioError(origin + ": " + prefix + " is not a table in " + origins.file() +
+                          "; fix the file first");
+    }
+  }
+  table->insert_or_assign(parts.back(), std::move(*holder.get("v")));
+  origins.overridden(path, origin);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+// Rejects unknown keys anywhere in the document, in file order.
+void check_known(const toml::table& table, const std::string& prefix, const Schema& schema,
+                 const Origins& origins) {
+  std::vector<std::pair<std::string, const toml::node*>> entries;
+  for (const auto& [key, node] : table) entries.emplace_back(std::string(key.str()), &node);
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.second->source().begin.line < b.second->source().begin.line;
+  });
+  for (const auto& [key, node] : entries) {
+    const std::string path = join_path(prefix, key);
+    switch (schema.classify(path)) {
+      case Schema::Kind::kField:
+        break;
+      case Schema::Kind::kTable:
+        if (!node->is_table()) {
+          throw ScenarioError(origins.where(path, node) + ": " + path + " = " + describe(*node) +
+                              ": expected a table; write [" + path + "] followed by its fields");
+        }
+        check_known(*node->as_table(), path, schema, origins);
+        break;
+      case Schema::Kind::kUnknown:
+        throw ScenarioError(origins.where(path, node) + ": " + schema.unknown_field(path));
+    }
+  }
+}
+
+// Cross-field checks, and the default tensor list.
+class Validator {
+ public:
+  Validator(Scenario& scenario, const toml::table& root, const Origins& origins, const Schema& schema)
+      : s_(scenario), root_(root), origins_(origins), schema_(schema) {}
+
+  void run() {
+    if (s_.cluster.topology == Topology::kTwoTier && s_.cluster.racks < 1) {
+      fail("cluster.racks", "topology \"two-tier\" needs at least 1 rack; set cluster.racks = 1 or more");
+    }
+    if (s_.ps.heartbeat_timeout_s <= s_.ps.heartbeat_interval_s) {
+      fail("ps.heartbeat_timeout", "must be greater than " + at("ps.heartbeat_interval", false) +
+                                       "; raise ps.heartbeat_timeout or lower ps.heartbeat_interval");
+    }
+    check_tensors();
+    check_hosts();
+  }
+
+ private:
+  // "where: path = value", the value as the file wrote it or else as resolved.
+  std::string at(std::string_view path, bool with_where = true) const {
+    const toml::node* node = find_node(root_, path);
+    std::string value;
+    if (node != nullptr) {
+      value = describe(*node);
+    } else if (const Field* field = schema_.field(path)) {
+      value = field->write(s_);
+    }
+    std::string text = std::string(path) + (value.empty() ? "" : " = " + value);
+    return with_where ? origins_.where(path, node) + ": " + text : text;
+  }
+
+  [[noreturn]] void fail(std::string_view path, std::string_view problem) const {
+    throw ScenarioError(at(path) + ": " + std::string(problem));
+  }
+
+  void check_tensors() {
+    auto& w = s_.workload;
+    const bool has_list = !w.tensor_bytes.empty();
+    const bool has_model = w.model_bytes > 0;
+    if (has_list && has_model) {
+      fail("workload.model_bytes",
+           "workload.tensor_bytes is set too; keep one of them (workload.tensor_bytes = [] to split "
+           "model_bytes)");
+    }
+    if (has_list && w.tensors != 0) {
+      fail("workload.tensors",
+           "only applies with workload.model_bytes, not with workload.tensor_bytes; remove workload.tensors");
+    }
+    if (has_model && w.tensors < 1) {
+      fail("workload.model_bytes", "needs workload.tensors >= 1, the number of tensors to split it into");
+    }
+    if (has_model && w.model_bytes / 4 < static_cast<std::uint64_t>(w.tensors)) {
+      fail("workload.model_bytes", "too small for workload.tensors = " + std::to_string(w.tensors) +
+                                       " tensors of at least 4 bytes; raise it to at least " +
+                                       std::to_string(4 * static_cast<std::uint64_t>(w.tensors)) +
+                                       " or lower workload.tensors");
+    }
+    if (!has_list && !has_model) {
+      if (w.tensors != 0) {
+        fail("workload.tensors",
+             "needs workload.model_bytes, the total size to split; set it, e.g. \"100MB\"");
+      }
+      w.tensor_bytes = default_tensor_bytes();
+    }
+  }
+
+  bool host_exists(std::string_view name) const {
+    if (!name.starts_with('h')) return false;
+    int index = -1;
+    const auto digits = name.substr(1);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    return ec == std::errc{} && end == digits.data() + digits.size() && index >= 0 &&
+           index < s_.host_count() && s_.host_name(index) == name;
+  }
+
+  void check_host(std::string_view path, std::string_view name) const {
+    if (host_exists(name)) return;
+    const int n = s_.host_count();
+    std::string hosts = n == 1 ? "the only host is h0" : "hosts are h0..h" + std::to_string(n - 1);
+    hosts += s_.cluster.hosts > 0 ? " (cluster.hosts = " + std::to_string(n) + ")"
+                                  : " (cluster.hosts = 0: one per node, 1 + roles.servers + roles.workers)";
+    fail(path, "host " + quote_string(name) + " does not exist; " + hosts +
+                   "; use one of them or set cluster.hosts");
+  }
+
+  void check_hosts() const {
+    if (!s_.roles.scheduler_host.empty()) check_host("roles.scheduler_host", s_.roles.scheduler_host);
+    for (const auto& host : s_.roles.server_hosts) check_host("roles.server_hosts", host);
+    for (const auto& host : s_.roles.worker_hosts) check_host("roles.worker_hosts", host);
+    for (const auto& [host, spec] : s_.cluster.host_links) {
+      check_host(std::string(kLinksPath) + "." + host, host);
+    }
+  }
+
+  Scenario& s_;
+  const toml::table& root_;
+  const Origins& origins_;
+  const Schema& schema_;
+};
+
+std::string markdown_cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+std::string_view to_string(Topology value) {
+  return enum_text<Topology>(kTopologyNames, value);
+}
+std::string_view to_string(TrainingMode value) {
+  return enum_text<TrainingMode>(kModeNames, value);
+}
+std::string_view to_string(KeyHash value) {
+  return enum_text<KeyHash>(kKeyHashNames, value);
+}
+std::string_view to_string(PayloadMode value) {
+  return enum_text<PayloadMode>(kPayloadNames, value);
+}
+std::string_view to_string(StagingNaming value) {
+  return enum_text<StagingNaming>(kNamingNames, value);
+}
+
+std::vector<std::uint64_t> Scenario::declared_tensor_bytes() const {
+  if (!workload.tensor_bytes.empty()) return workload.tensor_bytes;
+  if (workload.model_bytes == 0 || workload.tensors < 1) return default_tensor_bytes();
+  // Split model_bytes (rounded down to whole float32s) into `tensors` parts that differ by at most 4B.
+  const auto count = static_cast<std::uint64_t>(workload.tensors);
+  const std::uint64_t words = workload.model_bytes / 4;
+  std::vector<std::uint64_t> sizes;
+  sizes.reserve(count);
+  for (std::uint64_t i = 0; i < count; ++i)
+    sizes.push_back(4 * (words / count + (i < words % count ? 1 : 0)));
+  return sizes;
+}
+
+int Scenario::host_count() const {
+  return cluster.hosts > 0 ? cluster.hosts : 1 + roles.servers + roles.workers;
+}
+
+std::string Scenario::host_name(int index) const {
+  return "h" + std::to_string(index);
+}
+
+std::string Scenario::scheduler_host_name() const {
+  return roles.scheduler_host.empty() ? host_name(0) : roles.scheduler_host;
+}
+
+std::string Scenario::server_host_name(int rank) const {
+  const auto& hosts = roles.server_hosts;
+  if (!hosts.empty()) return hosts[static_cast<std::size_t>(rank) % hosts.size()];
+  return host_name((1 + rank) % host_count());
+}
+
+std::string Scenario::worker_host_name(int rank) const {
+  const auto& hosts = roles.worker_hosts;
+  if (!hosts.empty()) return hosts[static_cast<std::size_t>(rank) % hosts.size()];
+  return host_name((1 + roles.servers + rank) % host_count());
+}
+
+Scenario parse_scenario(std::string_view toml_text, const std::string& source_name,
+                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+  const Schema& schema = Schema::get();
+  const std::string file = source_name.empty() ? "<scenario>" : source_name;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, std::string_view(file));
+  } catch (const toml::parse_error& error) {
+    throw ScenarioError(file + ":" + std::to_string(error.source().begin.line) + ":" +
+                        std::to_string(error.source().begin.column) + ": " +
+                        std::string(error.description()));
+  }
+
+  Origins origins(file);
+  for (const auto& [path, text] : overrides) apply_override(root, path, text, origins, schema);
+  check_known(root, "", schema, origins);
+
+  Scenario scenario;
+  for (const Field& field : schema.fields()) {
+    if (const toml::node* node = find_node(root, field.path)) {
+      field.read(Value{*node, std::string(field.path), origins, scenario}, scenario);
+    }
+  }
+  Validator(scenario, root, origins, schema).run();
+  scenario.source_path = source_name;
+  scenario.overrides = overrides;
+  return scenario;
+}
+
+Scenario load_scenario(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError(path + ": cannot open the scenario file; check the path");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ScenarioError(path + ": cannot read the scenario file");
+  return parse_scenario(text.str(), path, overrides);
+}
+
+std::string resolved_toml(const Scenario& scenario) {
+  std::string out;
+  std::string_view table;
+  for (const Field& field : Schema::get().fields()) {
+    const std::string_view field_table = parent_of(field.path);
+    if (field_table != table) {
+      table = field_table;
+      out += "\n[" + std::string(table) + "]\n";
+    }
+    out += toml_key(leaf_of(field.path)) + " = " + field.write(scenario) + "\n";
+  }
+  return out;
+}
+
+std::string scenario_reference_markdown() {
+  const Scenario defaults;
+  std::string out;
+  std::string_view table = "-";  // no table yet
+  for (const Field& field : Schema::get().fields()) {
+    const std::string_view field_table = parent_of(field.path);
+    if (field_table != table) {
+      table = field_table;
+      out += out.empty() ? "" : "\n";
+      out += table.empty() ? std::string("### Top level\n\n") : "### `[" + std::string(table) + "]`\n\n";
+      out += "| Field | Type | Default | Meaning |\n|---|---|---|---|\n";
+    }
+    out += "| `" + std::string(field.path) + "` | " + markdown_cell(field.type) + " | `" +
+           markdown_cell(field.write(defaults)) + "` | " + markdown_cell(field.doc) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace pstwin

@@ -1,0 +1,172 @@
+// A scenario: everything a run needs, loaded from TOML (scenarios/*.toml), overridable by
+// `--set dotted.path=value`, and written back fully resolved (defaults filled in).
+// Units in the file: sizes "4MB"/"4MiB"/bytes, bandwidths "10Gbps"/"1.25GBps"/bytes per second,
+// durations "5us"/"2ms"/"1s"/seconds. In this struct everything is bytes, bytes/s and seconds.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace pstwin {
+
+enum class Topology { kStar, kTwoTier };
+enum class TrainingMode { kSync, kAsync };
+enum class KeyHash { kDjb2, kSdbm, kNaive };
+enum class PayloadMode { kReal, kPhantom };
+enum class StagingNaming { kPerRank, kLegacyKeyOnly };
+
+struct LinkSpec {
+  double bandwidth_Bps = 0;
+  double latency_s = 0;
+};
+
+struct ClusterConfig {
+  Topology topology = Topology::kStar;
+  int hosts = 0;                        // 0: one host per node (scheduler, servers, workers)
+  double host_bandwidth_Bps = 1.25e9;   // "10Gbps": every host's NIC, full duplex
+  double host_latency_s = 5e-6;
+  double host_speed_flops = 1e11;       // per core
+  int host_cores = 8;
+  int racks = 2;                        // two-tier only: hosts are spread round-robin over racks
+  double rack_uplink_bandwidth_Bps = 5e9;
+  double rack_uplink_latency_s = 2e-6;
+  std::map<std::string, LinkSpec> host_links;  // per-host override, [cluster.links.h3]
+};
+
+struct RolesConfig {
+  int servers = 1;
+  int workers = 2;
+  // Placement: node of rank r goes on list[r % size]. Empty lists mean the default placement:
+  // scheduler on h0, then servers, then workers, each on its own host (wrapping if hosts is smaller).
+  std::string scheduler_host;
+  std::vector<std::string> server_hosts;
+  std::vector<std::string> worker_hosts;
+};
+
+struct PsConfig {
+  TrainingMode mode = TrainingMode::kSync;
+  std::uint64_t partition_bytes = 4096000;  // BYTEPS_PARTITION_BYTES
+  KeyHash key_hash = KeyHash::kDjb2;        // BYTEPS_KEY_HASH_FN
+  int server_engine_threads = 4;            // BYTEPS_SERVER_ENGINE_THREAD
+  int scheduling_credit = 4;                // BYTEPS_SCHEDULING_CREDIT: partitions in flight per worker, 0 = no limit
+  double heartbeat_interval_s = 1.0;
+  double heartbeat_timeout_s = 10.0;
+  double connect_timeout_s = 10.0;          // how long a node waits for the scheduler's node table
+};
+
+struct WorkloadConfig {
+  std::vector<std::uint64_t> tensor_bytes;  // declared tensors in layer order (earlier = higher priority)
+  std::uint64_t model_bytes = 0;            // alternative: split equally into `tensors` tensors
+  int tensors = 0;
+  double compute_s = 0.01;                  // per iteration, before pushing
+  int iterations = 5;
+  PayloadMode payload = PayloadMode::kReal;
+  double sum_bandwidth_Bps = 5e9;           // server float32 summation speed (cost model)
+};
+
+struct StagingConfig {
+  bool enabled = true;
+  StagingNaming naming = StagingNaming::kPerRank;
+  double copy_bandwidth_Bps = 5e9;  // memcpy into the staging buffer (cost model)
+  std::string job = "job0";
+};
+
+struct PerturbationConfig {
+  double delivery_jitter_s = 0;   // extra delay per message, uniform in [0, x]
+  double executor_jitter_s = 0;   // extra delay before each executor task, uniform in [0, x]
+  double compute_jitter_s = 0;    // extra compute per iteration per worker, uniform in [0, x]
+  double start_jitter_s = 0;      // node start offset, uniform in [0, x]
+};
+
+struct NetworkModelConfig {
+  std::string model = "LV08";  // SimGrid network model: LV08 | CM02 | SMPI
+  double bandwidth_factor = 0;  // 0: the model's own (LV08: 0.97)
+  // LV08's own factor (13.01) models a fresh TCP connection; on open connections it is 2-7x too
+  // pessimistic for 100 KB-1 MB messages (findings.md), so pstwin defaults to 1. 0: the model's own.
+  double latency_factor = 1;
+  double tcp_gamma = 0;         // 0: SimGrid's default (4194304)
+};
+
+struct InvariantsConfig {
+  bool aggregates = true;       // every aggregate equals the exact sum of its distinct contributions
+  bool updates = true;          // no update applied twice or lost
+  bool sync_identical = true;   // sync mode: all workers hold identical parameters after each iteration
+  double bound_tolerance = 0;   // > 0: violation if mean iteration time exceeds bound * (1 + tolerance)
+};
+
+struct OutputConfig {
+  bool trace = true;
+  std::uint64_t trace_max_events = 200000;
+};
+
+struct SimConfig {
+  double max_time_s = 3600;   // simulated-time guard: a run still going then has stalled
+  int stack_size_kb = 128;
+};
+
+struct FaultsConfig {
+  double scheduler_start_delay_s = 0;  // start the scheduler late (tests the connect timeout)
+};
+
+struct Scenario {
+  std::string name = "unnamed";
+  std::string description;
+  std::uint64_t seed = 1;
+  ClusterConfig cluster;
+  RolesConfig roles;
+  PsConfig ps;
+  WorkloadConfig workload;
+  StagingConfig staging;
+  PerturbationConfig perturbation;
+  NetworkModelConfig network;
+  InvariantsConfig invariants;
+  OutputConfig output;
+  SimConfig sim;
+  FaultsConfig faults;
+
+  std::string source_path;  // the file it was loaded from ("" if built in code)
+  std::vector<std::pair<std::string, std::string>> overrides;  // --set FIELD=VALUE, in order
+
+  // Derived after validation:
+  std::vector<std::uint64_t> declared_tensor_bytes() const;  // tensor_bytes, or model_bytes split
+  int host_count() const;                                      // resolved number of hosts
+  std::string host_name(int index) const;                      // "h<index>"
+  std::string scheduler_host_name() const;
+  std::string server_host_name(int rank) const;
+  std::string worker_host_name(int rank) const;
+};
+
+// Thrown for any scenario problem; what() names the file, line (when known), field, value and a fix.
+class ScenarioError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Loads and validates a scenario file, applying `overrides` (dotted path, value text) on top.
+// Values of overrides are parsed as TOML values ("4", "\"x\"", "[1,2]", "true") and, failing that,
+// as plain strings ("legacy-key-only", "10Gbps").
+Scenario load_scenario(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& overrides = {});
+Scenario parse_scenario(std::string_view toml_text, const std::string& source_name,
+                        const std::vector<std::pair<std::string, std::string>>& overrides = {});
+
+// The fully resolved scenario as TOML (every field, defaults included), loadable again.
+std::string resolved_toml(const Scenario& scenario);
+
+// Reference of every field (path, type, default, meaning) as Markdown tables, one per TOML table,
+// generated from the field registry; docs/SCENARIOS.md embeds it (a test keeps the two in sync).
+std::string scenario_reference_markdown();
+
+// Text of each enum as it appears in files.
+std::string_view to_string(Topology value);
+std::string_view to_string(TrainingMode value);
+std::string_view to_string(KeyHash value);
+std::string_view to_string(PayloadMode value);
+std::string_view to_string(StagingNaming value);
+
+}  // namespace pstwin

@@ -1,0 +1,379 @@
+// Protocol state machines (scheduler, server, worker) driven by the in-process harness: every
+// message and timer in a deterministic order, no simulator involved.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "harness.hpp"
+#include "ps/ids.hpp"
+#include "ps/invariants.hpp"
+#include "ps/scheduler.hpp"
+#include "ps/server.hpp"
+#include "ps/worker.hpp"
+
+namespace pstwin {
+namespace {
+
+using testing::FakeRuntime;
+using testing::Harness;
+
+// Records the order of protocol events so tests can assert what happened before what.
+class EventLog final : public RunObserver {
+ public:
+  void node_table(const std::vector<NodeInfo>& t, Seconds) override {
+    table = t;
+    events.push_back("table");
+  }
+  void barrier_released(int group, Seconds) override { events.push_back("barrier " + std::to_string(group)); }
+  void push_applied(NodeId, int worker, std::uint64_t key, std::uint32_t it) override {
+    events.push_back("push w" + std::to_string(worker) + " k" + std::to_string(key) + " i" + std::to_string(it));
+  }
+  void duplicate_push(NodeId, int worker, std::uint64_t, std::uint32_t) override {
+    ++duplicates;
+    events.push_back("duplicate w" + std::to_string(worker));
+  }
+  void pull_received(int worker, std::uint64_t key, std::uint32_t it, const Payload& value) override {
+    if (!value.is_phantom())
+      pulled[{worker, key, it}] = std::vector<float>(value.floats().begin(), value.floats().end());
+  }
+  void final_store(NodeId, std::uint64_t key, const Payload& store) override {
+    finals[key] = std::vector<float>(store.floats().begin(), store.floats().end());
+  }
+  std::size_t index_of(const std::string& prefix) const {
+    for (std::size_t i = 0; i < events.size(); ++i)
+      if (events[i].rfind(prefix, 0) == 0) return i;
+    return events.size();
+  }
+  std::vector<std::string> events;
+  std::vector<NodeInfo> table;
+  std::map<std::tuple<int, std::uint64_t, std::uint32_t>, std::vector<float>> pulled;
+  std::map<std::uint64_t, std::vector<float>> finals;
+  int duplicates = 0;
+};
+
+Scenario small_scenario(std::string_view mode = "sync", int servers = 2, int workers = 3) {
+  const std::string text = "name = \"protocol\"\n[roles]\nservers = " + std::to_string(servers) +
+                           "\nworkers = " + std::to_string(workers) + "\n[ps]\nmode = \"" + std::string(mode) +
+                           "\"\npartition_bytes = 4096\n[workload]\ntensor_bytes = [8192, 4096, 1024]\niterations = 3\n";
+  return parse_scenario(text, "protocol-test");
+}
+
+// A whole job on the harness: scheduler, servers, workers, and the invariant checker.
+struct Job {
+  explicit Job(const Scenario& s) : scenario(s), workload(s), checker(s, workload), fan({&checker, &log}) {
+    auto& sched_rt = harness.add("scheduler@h0");
+    scheduler = std::make_unique<Scheduler>(sched_rt, scenario, fan);
+    sched_rt.node = scheduler.get();
+    runtimes.push_back(&sched_rt);
+    for (int r = 0; r < scenario.roles.servers; ++r) {
+      auto& rt = harness.add("server" + std::to_string(r) + "@h1", "h1");
+      nodes.push_back(std::make_unique<Server>(NodeContext{rt, scenario, fan, "scheduler@h0"}, r, workload));
+      rt.node = nodes.back().get();
+      runtimes.push_back(&rt);
+    }
+    for (int r = 0; r < scenario.roles.workers; ++r) {
+      auto& rt = harness.add("worker" + std::to_string(r) + "@h2", "h2");
+      nodes.push_back(std::make_unique<Worker>(NodeContext{rt, scenario, fan, "scheduler@h0"}, r, workload));
+      rt.node = nodes.back().get();
+      runtimes.push_back(&rt);
+    }
+  }
+  void start_all() {
+    for (auto* rt : runtimes) rt->node->start();
+  }
+  bool all_stopped() const {
+    return std::all_of(runtimes.begin(), runtimes.end(), [](const FakeRuntime* rt) { return rt->stopped; });
+  }
+  Scenario scenario;
+  SyntheticWorkload workload;
+  InvariantChecker checker;
+  EventLog log;
+  ObserverFanout fan;
+  Harness harness;
+  std::unique_ptr<Scheduler> scheduler;
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<FakeRuntime*> runtimes;
+};
+
+TEST(Protocol, BootstrapAssignsPsLiteIdsAndBarrierPrecedesTraffic) {
+  Job job(small_scenario());
+  job.start_all();
+  job.harness.run([&] { return job.all_stopped(); });
+  ASSERT_TRUE(job.all_stopped());
+  for (auto* rt : job.runtimes) EXPECT_EQ(rt->failure, "") << rt->local_address();
+  ASSERT_EQ(job.log.table.size(), 5u);
+  std::map<std::string, NodeId> ids;
+  for (const auto& info : job.log.table) ids[info.address] = info.id;
+  EXPECT_EQ(ids["server0@h1"], 8);
+  EXPECT_EQ(ids["server1@h1"], 10);
+  EXPECT_EQ(ids["worker0@h2"], 9);
+  EXPECT_EQ(ids["worker1@h2"], 11);
+  EXPECT_EQ(ids["worker2@h2"], 13);
+  // Every node learned its id from the table.
+  for (std::size_t i = 1; i < job.runtimes.size(); ++i) EXPECT_EQ(job.runtimes[i]->self(), ids[job.runtimes[i]->local_address()]);
+  // The table came first, then the all-groups barrier, then the first push.
+  const auto table_at = job.log.index_of("table");
+  const auto barrier_at = job.log.index_of("barrier " + std::to_string(kAllGroups));
+  const auto push_at = job.log.index_of("push");
+  EXPECT_LT(table_at, barrier_at);
+  EXPECT_LT(barrier_at, push_at);
+  EXPECT_LT(push_at, job.log.events.size());
+  job.checker.finish(true);
+  EXPECT_EQ(job.checker.violation_count(), 0u);
+  EXPECT_GT(job.checker.checked(), 0u);
+}
+
+TEST(Protocol, BarrierWaitsForTheLastNode) {
+  Job job(small_scenario());
+  // Everybody but the last worker starts; nothing may be pushed, no barrier released.
+  for (std::size_t i = 0; i + 1 < job.runtimes.size(); ++i) job.runtimes[i]->node->start();
+  job.harness.run({}, 0.5);
+  EXPECT_EQ(job.log.index_of("barrier"), job.log.events.size());
+  EXPECT_EQ(job.log.index_of("push"), job.log.events.size());
+  EXPECT_TRUE(job.log.table.empty());
+  job.runtimes.back()->node->start();
+  job.harness.run([&] { return job.all_stopped(); });
+  EXPECT_TRUE(job.all_stopped());
+  EXPECT_LT(job.log.index_of("barrier"), job.log.index_of("push"));
+}
+
+TEST(Protocol, RanksWithoutRequestFollowAddressOrderNotArrival) {
+  Scenario s = small_scenario("sync", 1, 2);
+  SyntheticWorkload workload(s);
+  EventLog log;
+  Harness harness;
+  auto& sched_rt = harness.add("scheduler@h0");
+  Scheduler scheduler(sched_rt, s, log);
+  sched_rt.node = &scheduler;
+  scheduler.start();
+  // Registrations arrive in reverse address order, none asking for a rank.
+  for (std::string address : {"c@h3", "b@h2", "a@h1"}) {
+    auto& rt = harness.add(address, "hx");
+    rt.connect(kSchedulerId, "scheduler@h0");
+    Message m;
+    m.header.recipient = kSchedulerId;
+    m.header.command = Command::kRegister;
+    m.payload = encode_node_info({kNoNode, address == "a@h1" ? Role::kServer : Role::kWorker, -1, address, "hx"});
+    rt.send(std::move(m));
+  }
+  harness.run({}, 0.1);
+  ASSERT_EQ(log.table.size(), 3u);
+  EXPECT_EQ(log.table[0].address, "a@h1");
+  EXPECT_EQ(log.table[0].id, server_id(0));
+  EXPECT_EQ(log.table[1].address, "b@h2");
+  EXPECT_EQ(log.table[1].id, worker_id(0));
+  EXPECT_EQ(log.table[2].address, "c@h3");
+  EXPECT_EQ(log.table[2].id, worker_id(1));
+}
+
+TEST(Protocol, DuplicateWorkerRankFailsNamingTheVariable) {
+  Scenario s = small_scenario("sync", 1, 2);
+  EventLog log;
+  Harness harness;
+  auto& sched_rt = harness.add("scheduler@h0");
+  Scheduler scheduler(sched_rt, s, log);
+  sched_rt.node = &scheduler;
+  scheduler.start();
+  for (std::string address : {"w1@h1", "w2@h2"}) {
+    auto& rt = harness.add(address);
+    rt.connect(kSchedulerId, "scheduler@h0");
+    Message m;
+    m.header.recipient = kSchedulerId;
+    m.header.command = Command::kRegister;
+    m.payload = encode_node_info({kNoNode, Role::kWorker, 0, address, "h"});
+    rt.send(std::move(m));
+  }
+  harness.run({}, 0.1);
+  EXPECT_NE(sched_rt.failure.find("DMLC_WORKER_ID"), std::string::npos) << sched_rt.failure;
+  EXPECT_NE(sched_rt.failure.find("w1@h1"), std::string::npos);
+}
+
+TEST(Protocol, MalformedRegistrationIsRejectedNotFatal) {
+  Scenario s = small_scenario("sync", 1, 1);
+  EventLog log;
+  Harness harness;
+  auto& sched_rt = harness.add("scheduler@h0");
+  Scheduler scheduler(sched_rt, s, log);
+  sched_rt.node = &scheduler;
+  scheduler.start();
+  auto& rt = harness.add("x@h1");
+  rt.connect(kSchedulerId, "scheduler@h0");
+  const std::vector<std::byte> garbage{std::byte{1}, std::byte{2}, std::byte{3}};
+  Message m;
+  m.header.recipient = kSchedulerId;
+  m.header.command = Command::kRegister;
+  m.payload = Payload::copy_of(garbage);
+  rt.send(std::move(m));
+  harness.run({}, 0.1);
+  EXPECT_EQ(sched_rt.failure, "");
+  ASSERT_FALSE(sched_rt.logs.empty());
+  EXPECT_NE(sched_rt.logs.back().find("malformed registration"), std::string::npos) << sched_rt.logs.back();
+}
+
+TEST(Protocol, UnreachableSchedulerIsReportedWithinTheConnectTimeout) {
+  Scenario s = small_scenario("sync", 1, 1);
+  s.ps.connect_timeout_s = 3;
+  SyntheticWorkload workload(s);
+  EventLog log;
+  Harness harness;
+  harness.unreachable.push_back("scheduler@10.0.0.1:1234");
+  auto& rt = harness.add("worker0@h1", "h1");
+  Worker worker(NodeContext{rt, s, log, "scheduler@10.0.0.1:1234"}, 0, workload);
+  rt.node = &worker;
+  worker.start();
+  harness.run([&] { return rt.stopped; });
+  ASSERT_TRUE(rt.stopped);
+  EXPECT_DOUBLE_EQ(harness.now(), 3.0);
+  EXPECT_NE(rt.failure.find("cannot reach the scheduler at scheduler@10.0.0.1:1234"), std::string::npos) << rt.failure;
+  EXPECT_NE(rt.failure.find("DMLC_PS_ROOT_URI"), std::string::npos);
+}
+
+TEST(Protocol, SyncAggregatesAreExactSumsAndIdenticalOnAllWorkers) {
+  Job job(small_scenario("sync", 2, 3));
+  job.start_all();
+  job.harness.run([&] { return job.all_stopped(); });
+  ASSERT_TRUE(job.all_stopped());
+  job.checker.finish(true);
+  EXPECT_EQ(job.checker.violation_count(), 0u) << job.checker.violations().front().detail;
+  // Independently recompute one aggregate: sum over workers of what each pushed.
+  for (const auto& p : job.workload.partitions()) {
+    for (std::uint32_t it = 0; it < 3; ++it) {
+      std::vector<float> expected(p.bytes / 4, 0.0f);
+      for (int w = 0; w < 3; ++w) {
+        std::vector<float> mine(p.bytes / 4);
+        job.workload.fill(w, it, p.key, mine);
+        for (std::size_t j = 0; j < mine.size(); ++j) expected[j] += mine[j];
+      }
+      for (int w = 0; w < 3; ++w) EXPECT_EQ(job.log.pulled.at({w, p.key, it}), expected) << "key " << p.key;
+    }
+  }
+}
+
+TEST(Protocol, AsyncStoresHoldEveryPushExactlyOnce) {
+  Job job(small_scenario("async", 2, 3));
+  job.start_all();
+  job.harness.run([&] { return job.all_stopped(); });
+  ASSERT_TRUE(job.all_stopped());
+  job.checker.finish(true);
+  EXPECT_EQ(job.checker.violation_count(), 0u);
+  ASSERT_EQ(job.log.finals.size(), job.workload.partitions().size());
+  for (const auto& p : job.workload.partitions()) {
+    std::vector<float> expected(p.bytes / 4, 0.0f);
+    for (std::uint32_t it = 0; it < 3; ++it)
+      for (int w = 0; w < 3; ++w) {
+        std::vector<float> mine(p.bytes / 4);
+        job.workload.fill(w, it, p.key, mine);
+        for (std::size_t j = 0; j < mine.size(); ++j) expected[j] += mine[j];
+      }
+    EXPECT_EQ(job.log.finals.at(p.key), expected);
+  }
+}
+
+TEST(Protocol, CheckerCatchesACorruptedAggregate) {
+  Scenario s = small_scenario("sync", 1, 2);
+  SyntheticWorkload workload(s);
+  InvariantChecker checker(s, workload);
+  const auto& p = workload.partitions().front();
+  // Worker 1's values twice instead of worker 0 + worker 1: the crossed-line signature.
+  std::vector<float> crossed(p.bytes / 4);
+  workload.fill(1, 0, p.key, crossed);
+  for (auto& v : crossed) v *= 2;
+  checker.aggregate_complete(server_id(0), p.key, 0, Payload::copy_of(std::as_bytes(std::span(crossed))));
+  ASSERT_EQ(checker.violation_count(), 1u);
+  EXPECT_EQ(checker.violations()[0].invariant, "aggregates");
+  EXPECT_NE(checker.violations()[0].detail.find("key " + std::to_string(p.key)), std::string::npos);
+}
+
+TEST(Protocol, SecondPushInOneRoundIsRefusedAndReported) {
+  Scenario s = small_scenario("sync", 1, 2);
+  SyntheticWorkload workload(s);
+  EventLog log;
+  Harness harness;
+  auto& sched_rt = harness.add("scheduler@h0");
+  Scheduler scheduler(sched_rt, s, log);
+  sched_rt.node = &scheduler;
+  auto& server_rt = harness.add("server0@h1", "h1");
+  Server server(NodeContext{server_rt, s, log, "scheduler@h0"}, 0, workload);
+  server_rt.node = &server;
+  // Two hand-driven "workers" that register and pass the barrier, then misbehave.
+  std::vector<FakeRuntime*> workers;
+  for (int r = 0; r < 2; ++r) {
+    auto& rt = harness.add("worker" + std::to_string(r) + "@h2", "h2");
+    workers.push_back(&rt);
+  }
+  struct Puppet final : Node {
+    FakeRuntime& rt;
+    int rank;
+    explicit Puppet(FakeRuntime& r, int k) : rt(r), rank(k) {}
+    void start() override {
+      rt.connect(kSchedulerId, "scheduler@h0");
+      Message m;
+      m.header.recipient = kSchedulerId;
+      m.header.command = Command::kRegister;
+      m.payload = encode_node_info({kNoNode, Role::kWorker, rank, rt.local_address(), "h2"});
+      rt.send(std::move(m));
+    }
+    void on_message(Message m) override {
+      if (m.header.command == Command::kNodeTable) {
+        std::string error;
+        const auto table = decode_node_table(m.payload, error);
+        ASSERT_TRUE(table.has_value()) << error;
+        for (const auto& info : *table) {
+          rt.connect(info.id, info.address);
+          if (info.address == rt.local_address()) rt.set_self(info.id);
+        }
+        Message b;
+        b.header.recipient = kSchedulerId;
+        b.header.command = Command::kBarrier;
+        b.header.key = kAllGroups;
+        rt.send(std::move(b));
+      }
+    }
+    std::string describe_state() const override { return ""; }
+  };
+  Puppet p0(*workers[0], 0), p1(*workers[1], 1);
+  workers[0]->node = &p0;
+  workers[1]->node = &p1;
+  scheduler.start();
+  server.start();
+  p0.start();
+  p1.start();
+  harness.run({}, 0.5);
+  const auto& part = workload.partitions().front();
+  for (int i = 0; i < 2; ++i) {
+    std::vector<float> values(part.bytes / 4);
+    workload.fill(0, 0, part.key, values);
+    Message push;
+    push.header.recipient = server_id(0);
+    push.header.command = Command::kPush;
+    push.header.key = part.key;
+    push.payload = Payload::copy_of(std::as_bytes(std::span(values)));
+    workers[0]->send(std::move(push));
+  }
+  harness.run({}, 0.6);
+  EXPECT_EQ(log.duplicates, 1);
+  EXPECT_EQ(std::count_if(log.events.begin(), log.events.end(),
+                          [](const std::string& e) { return e.rfind("push w0", 0) == 0; }),
+            1);
+}
+
+TEST(Protocol, SilentNodeIsDeclaredDeadAfterHeartbeatTimeout) {
+  Scenario s = small_scenario("sync", 1, 1);
+  s.ps.heartbeat_interval_s = 1;
+  s.ps.heartbeat_timeout_s = 4;
+  s.workload.compute_s = 0;
+  Job job(s);
+  job.start_all();
+  // Let bootstrap finish, then silence the worker before it can do anything more.
+  job.harness.run([&] { return !job.log.table.empty(); });
+  job.runtimes.back()->stopped = true;
+  job.harness.run([&] { return job.runtimes.front()->stopped; }, 100);
+  const auto& failure = job.runtimes.front()->failure;
+  EXPECT_NE(failure.find("worker 0"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("presumed dead"), std::string::npos) << failure;
+  EXPECT_GE(job.harness.now(), 4.0);
+  EXPECT_LE(job.harness.now(), 6.0);
+}
+
+}  // namespace
+}  // namespace pstwin
