@@ -1,0 +1,187 @@
+// End to end through the real pstwin binary and real SimGrid: every scenario the issue names, the
+// determinism promise, the crossed-line race found and not found, and the saturation bound.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "scenario/scenario.hpp"
+#include "sim_support.hpp"
+
+namespace pstwin {
+namespace {
+
+using testing::fresh_dir;
+using testing::read_json;
+using testing::read_text;
+using testing::run_pstwin;
+using testing::run_shell;
+
+TEST(Sim, QuickstartCompletesAndChecksEveryAggregate) {
+  const auto dir = fresh_dir("quickstart");
+  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --out " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("0 violated"), std::string::npos) << run.output;
+  const auto r = read_json(dir / "results.json");
+  EXPECT_EQ(r["scenario"], "quickstart");
+  EXPECT_EQ(r["backend"], "sim");
+  EXPECT_EQ(r["seed"], 1);
+  EXPECT_TRUE(r["completed"].get<bool>());
+  ASSERT_EQ(r["iterations"].size(), 5u);
+  for (const auto& it : r["iterations"]) EXPECT_GT(it["time_s"].get<double>(), 0.01);  // compute alone is 10 ms
+  // 4 tensors in 1 MB partitions = 7 keys; per iteration: 7 aggregates, 4 workers x 7 pushes and pulls.
+  EXPECT_GE(r["invariants"]["checked"].get<int>(), 5 * (7 + 4 * 7 + 4 * 7));
+  EXPECT_TRUE(r["invariants"]["violations"].empty());
+  EXPECT_TRUE(std::regex_match(r["model_digest"].get<std::string>(), std::regex("[0-9a-f]{16}")));
+  ASSERT_TRUE(r["bound"].is_object());
+  EXPECT_LT(r["bound"]["time_s"].get<double>(), r["mean_iteration_s"].get<double>());
+  EXPECT_GT(r["wall_s"].get<double>(), 0);
+  // ps-lite ids: servers 8, 10; workers 9, 11, 13, 15.
+  std::set<int> ids;
+  for (const auto& n : r["nodes"]) ids.insert(n["id"].get<int>());
+  EXPECT_EQ(ids, (std::set<int>{8, 9, 10, 11, 13, 15}));
+  std::uint64_t server_in = 0;
+  for (const auto& l : r["links"])
+    if (l["name"] == "h1.down" || l["name"] == "h2.down") server_in += l["bytes"].get<std::uint64_t>();
+  // Every worker pushes the whole model (plus a header per partition) once per iteration.
+  EXPECT_GE(server_in, 5ull * 4 * 5320000);
+  const auto trace = read_json(dir / "trace.json");
+  std::set<std::string> categories;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") categories.insert(e["cat"].get<std::string>());
+  for (const char* needed : {"compute", "send", "receive", "engine", "copy"})
+    EXPECT_TRUE(categories.count(needed)) << needed;
+  EXPECT_TRUE(std::filesystem::exists(dir / "resolved.toml"));
+}
+
+TEST(Sim, SameSeedGivesIdenticalFilesAndOtherSeedsOtherTimings) {
+  const auto a = fresh_dir("det-a"), b = fresh_dir("det-b"), c = fresh_dir("det-c");
+  // crossed_line has jitter on every message, task and compute step: the seed decides everything.
+  ASSERT_EQ(run_pstwin("sim scenarios/crossed_line.toml -q --seed 5 --out " + a.string()).exit_code, 0);
+  ASSERT_EQ(run_pstwin("sim scenarios/crossed_line.toml -q --seed 5 --out " + b.string()).exit_code, 0);
+  ASSERT_EQ(run_pstwin("sim scenarios/crossed_line.toml -q --seed 6 --out " + c.string()).exit_code, 0);
+  auto ra = read_json(a / "results.json"), rb = read_json(b / "results.json"), rc = read_json(c / "results.json");
+  ra.erase("wall_s");
+  rb.erase("wall_s");
+  EXPECT_EQ(ra.dump(), rb.dump());
+  EXPECT_EQ(read_text(a / "trace.json"), read_text(b / "trace.json"));
+  EXPECT_EQ(read_text(a / "resolved.toml"), read_text(b / "resolved.toml"));
+  EXPECT_NE(read_text(a / "trace.json"), read_text(c / "trace.json"));
+  EXPECT_NE(ra["iterations"].dump(), rc["iterations"].dump());
+  // Sync aggregates do not depend on timing: the final model is the same under every seed.
+  EXPECT_EQ(ra["model_digest"], rc["model_digest"]);
+}
+
+TEST(Sim, AsyncModeAppliesEveryPushExactlyOnce) {
+  const auto dir = fresh_dir("async");
+  const auto run = run_pstwin("sim scenarios/async_quickstart.toml -q --out " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto r = read_json(dir / "results.json");
+  EXPECT_TRUE(r["invariants"]["violations"].empty());
+  // 7 keys x 4 workers x 5 iterations applied pushes, plus 7 final stores, plus the lost-update check.
+  EXPECT_GE(r["invariants"]["checked"].get<int>(), 7 * 4 * 5 + 7 + 1);
+  EXPECT_TRUE(r["bound"].is_null());  // no closed form for async
+}
+
+TEST(Sim, CrossedLineFoundWithin20SeedsAndReplayedExactly) {
+  const auto dir = fresh_dir("crossed-found");
+  const auto explore = run_pstwin("explore scenarios/crossed_line.toml --seeds 20 -q --set staging.naming=legacy-key-only --out " +
+                                  dir.string());
+  ASSERT_EQ(explore.exit_code, 1) << explore.output;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(explore.output, match, std::regex("seed (\\d+): .*first \\[(\\w+)\\] ([^\\n]*)\\n  replay: (pstwin sim [^\\n]*)")))
+      << explore.output;
+  const std::string seed = match[1], invariant = match[2], detail = match[3], replay = match[4];
+  EXPECT_NE(replay.find("--seed " + seed), std::string::npos);
+  EXPECT_NE(replay.find("--set staging.naming=legacy-key-only"), std::string::npos);
+  // The replay command, run as printed, reproduces the same first violation.
+  const auto out = fresh_dir("crossed-replay");
+  const auto rerun = run_shell(std::string(PSTWIN_BINARY) + replay.substr(std::string("pstwin").size()) + " -q --out " + out.string());
+  EXPECT_EQ(rerun.exit_code, 1) << rerun.output;
+  const auto r = read_json(out / "results.json");
+  ASSERT_FALSE(r["invariants"]["violations"].empty());
+  EXPECT_EQ(r["invariants"]["violations"][0]["invariant"], invariant);
+  EXPECT_EQ(r["invariants"]["violations"][0]["detail"], detail);
+  EXPECT_EQ(r["invariants"]["violations"][0]["replay"], replay);
+  EXPECT_NE(rerun.output.find("seed " + seed + "; replay: " + replay), std::string::npos) << rerun.output;
+}
+
+TEST(Sim, CrossedLineAbsentIn2000SeedsWithPerRankNaming) {
+  const auto explore = run_pstwin("explore scenarios/crossed_line.toml --seeds 2000 -q -j 2");
+  EXPECT_EQ(explore.exit_code, 0) << explore.output.substr(0, 4000);
+  EXPECT_NE(explore.output.find("explored 2000 seeds (0..1999) of crossed_line: 0 with invariant violations, 2000 clean"),
+            std::string::npos)
+      << explore.output.substr(0, 4000);
+}
+
+TEST(Sim, SaturationScenarioIsWithinFivePercentOfItsAnalyticBound) {
+  const auto dir = fresh_dir("saturation");
+  const auto run = run_pstwin("sim scenarios/saturation_8w2s.toml -q --out " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto r = read_json(dir / "results.json");
+  ASSERT_TRUE(r["bound"].is_object());
+  const double bound = r["bound"]["time_s"], mean = r["mean_iteration_s"];
+  EXPECT_GE(mean, bound) << "a lower bound was beaten: the bound or the model is wrong";
+  EXPECT_LE(mean, 1.05 * bound);
+  // The bound is dominated by 8 workers x 50 MB through each server's 10 Gb/s NIC, x1/0.97, x1.05.
+  EXPECT_GT(bound, 8 * 50e6 / 1.25e9);
+  EXPECT_LT(bound, 8 * 52e6 * 1.05 / (0.97 * 1.25e9) + 0.01);
+  for (const auto& l : r["links"])
+    if (l["name"] == "h1.down" || l["name"] == "h2.down") {
+      EXPECT_GT(l["utilization"].get<double>(), 0.85) << l;
+    }
+}
+
+TEST(Sim, UnreachableSchedulerFailsWithinTheConnectTimeout) {
+  const auto dir = fresh_dir("unreachable");
+  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --set faults.scheduler_start_delay=60s --set ps.connect_timeout=3s --out " +
+                              dir.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("cannot reach the scheduler at scheduler@h0"), std::string::npos) << run.output;
+  const auto r = read_json(dir / "results.json");
+  EXPECT_FALSE(r["completed"].get<bool>());
+  EXPECT_NEAR(r["run_time_s"].get<double>(), 3.0, 1e-6);
+  EXPECT_NE(r["failure"].get<std::string>().find("ps.connect_timeout"), std::string::npos);
+}
+
+TEST(Sim, TwoTierTopologyCarriesCrossRackTraffic) {
+  const auto dir = fresh_dir("two-tier");
+  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --set cluster.topology=two-tier --set cluster.racks=2 --out " +
+                              dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto r = read_json(dir / "results.json");
+  std::uint64_t rack_bytes = 0;
+  for (const auto& l : r["links"])
+    if (l["name"].get<std::string>().rfind("rack", 0) == 0) rack_bytes += l["bytes"].get<std::uint64_t>();
+  EXPECT_GT(rack_bytes, 0u);
+}
+
+TEST(Sim, BadScenarioInputExitsTwoNamingTheField) {
+  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --set ps.mode=syncc");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("ps.mode"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\"sync\""), std::string::npos) << run.output;
+  const auto missing = run_pstwin("sim scenarios/no_such_file.toml");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("no_such_file.toml"), std::string::npos) << missing.output;
+}
+
+TEST(Sim, CheckPrintsTheResolvedScenarioWithOverrides) {
+  const auto run = run_pstwin("check scenarios/quickstart.toml --set roles.workers=3");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const Scenario s = parse_scenario(run.output, "check-output");
+  EXPECT_EQ(s.roles.workers, 3);
+  EXPECT_EQ(s.roles.servers, 2);
+  EXPECT_EQ(s.ps.partition_bytes, 1000000u);
+}
+
+TEST(Sim, HelpIsAvailableEverywhere) {
+  for (const char* sub : {"", "sim ", "check ", "explore "}) {
+    const auto run = run_pstwin(std::string(sub) + "--help");
+    EXPECT_EQ(run.exit_code, 0) << sub;
+    EXPECT_NE(run.output.find("--"), std::string::npos) << sub;
+  }
+}
+
+}  // namespace
+}  // namespace pstwin
