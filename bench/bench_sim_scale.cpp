@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
                 scenario.roles.servers, scenario.workload.iterations,
                 std::string(pstwin::to_string(scenario.workload.payload)).c_str());
     std::printf("completed           %s\n", report.completed ? "yes" : ("NO: " + report.failure).c_str());
-    std::printf("simulated time      %.6f s (mean iteration %.6f s)\n", report.run_time_s, report.mean_iteration_s());
+    std::printf("simulated time      %.6f s (mean iteration %.6f s)\n", report.run_time_s,
+                report.mean_iteration_s());
     std::printf("messages            %llu\n", static_cast<unsigned long long>(report.messages));
     std::printf("wall                %.3f s\n", report.wall_s);
     std::printf("messages / wall s   %.0f\n", static_cast<double>(report.messages) / report.wall_s);

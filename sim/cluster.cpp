@@ -1,6 +1,7 @@
 #include "sim/cluster.hpp"
 
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "core/codec.hpp"
@@ -41,7 +42,7 @@ void Stream::run() {
     const HeaderBytes header = encode_header(message.header, message.payload, /*compute_crc=*/false);
     const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
     const Seconds start = s4u::Engine::get_clock();
-    s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
+    transmit(message, wire_bytes);
     const Seconds end = s4u::Engine::get_clock();
     // The receiver decodes the header it was sent, exactly as a socket transport would.
     MessageHeader decoded;
@@ -59,6 +60,29 @@ void Stream::run() {
   }
 }
 
+void Stream::transmit(const Message& message, std::uint64_t wire_bytes) {
+  // A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
+  // latency. Modelling it as a flow would only add solver work, since every flow start and end
+  // re-solves the bandwidth shares of all flows it is coupled with.
+  if (message.payload.empty()) {
+    if (control_latency_ < 0) {
+      std::vector<s4u::Link*> links;
+      double latency = 0;
+      from_.host()->route_to(to_.host(), links, &latency);
+      double bandwidth = std::numeric_limits<double>::infinity();
+      for (const auto* link : links) bandwidth = std::min(bandwidth, link->get_bandwidth());
+      control_latency_ = latency * from_.cluster().latency_factor() +
+                         (links.empty() ? 0 : static_cast<double>(kHeaderBytes) / bandwidth);
+    }
+    s4u::this_actor::sleep_for(control_latency_);
+    return;
+  }
+  auto slots = from_.flow_slots();
+  if (slots) slots->acquire();
+  s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
+  if (slots) slots->release();
+}
+
 // ---------------------------------------------------------------- SimExecutor
 
 SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(node), name_(std::move(name)) {
@@ -68,7 +92,9 @@ SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(nod
     lane->mutex = s4u::Mutex::create();
     lane->ready = s4u::ConditionVariable::create();
     Lane* raw = lane.get();
-    s4u::Actor::create(node_.label() + " " + lane->name, node_.host(), [this, raw] { run_lane(*raw); })->daemonize();
+    s4u::Actor::create(node_.label() + " " + lane->name, node_.host(), [this, raw] {
+      run_lane(*raw);
+    })->daemonize();
     lanes_.push_back(std::move(lane));
   }
 }
@@ -116,7 +142,10 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       host_(cluster.host(host_name_)),
       pid_(static_cast<int>(cluster.nodes().size())),
       mutex_(s4u::Mutex::create()),
-      wake_(s4u::ConditionVariable::create()) {}
+      wake_(s4u::ConditionVariable::create()) {
+  if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0)
+    flow_slots_ = s4u::Semaphore::create(limit);
+}
 
 void SimNode::spawn(Seconds start_delay) {
   s4u::Actor::create(label_, host_, [this, start_delay] {
@@ -162,7 +191,9 @@ void SimNode::post(std::function<void()> event) {
   wake_->notify_one();
 }
 
-void SimNode::set_self(NodeId id) { self_ = id; }
+void SimNode::set_self(NodeId id) {
+  self_ = id;
+}
 
 void SimNode::connect(NodeId id, std::string_view address) {
   SimNode* peer = cluster_.find(address);
@@ -183,7 +214,9 @@ void SimNode::send(Message message) {
   stream->enqueue(std::move(message));
 }
 
-Seconds SimNode::now() const { return s4u::Engine::get_clock(); }
+Seconds SimNode::now() const {
+  return s4u::Engine::get_clock();
+}
 
 TimerId SimNode::start_timer(Seconds delay, std::function<void()> fire) {
   const TimerId id = next_timer_++;
@@ -204,7 +237,8 @@ void SimNode::cancel_timer(TimerId id) {
 RandomStream& SimNode::random(std::string_view purpose) {
   auto it = randoms_.find(purpose);
   if (it == randoms_.end())
-    it = randoms_.emplace(std::string(purpose), RandomStream(cluster_.seed(), purpose, fnv1a64(address_))).first;
+    it = randoms_.emplace(std::string(purpose), RandomStream(cluster_.seed(), purpose, fnv1a64(address_)))
+             .first;
   return it->second;
 }
 
@@ -215,19 +249,23 @@ void SimNode::compute(std::string_view label, ComputeCost cost, std::function<vo
 Executor& SimNode::executor(std::string_view name, int lanes) {
   auto it = executors_.find(name);
   if (it == executors_.end())
-    it = executors_.emplace(std::string(name), std::make_unique<SimExecutor>(*this, std::string(name), lanes)).first;
+    it = executors_.emplace(std::string(name), std::make_unique<SimExecutor>(*this, std::string(name), lanes))
+             .first;
   return *it->second;
 }
 
-StagingArea& SimNode::staging() { return cluster_.staging(host_name_); }
+StagingArea& SimNode::staging() {
+  return cluster_.staging(host_name_);
+}
 
 void SimNode::trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) {
   trace_lane("main", category, name, start, end);
 }
 
-void SimNode::trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
-                         Seconds end) {
-  cluster_.record_span({label_, pid_, std::string(lane), std::string(category), std::string(name), start, end});
+void SimNode::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
+                         Seconds start, Seconds end) {
+  cluster_.record_span(
+      {label_, pid_, std::string(lane), std::string(category), std::string(name), start, end});
 }
 
 void SimNode::log(std::string_view text) {
@@ -249,7 +287,10 @@ void SimNode::fail(std::string text) {
 }
 
 std::string SimNode::describe() const {
-  return label_ + ": " + (stopped_ ? std::string("stopped") : protocol_ ? protocol_->describe_state() : "not started");
+  return label_ + ": " +
+         (stopped_    ? std::string("stopped")
+          : protocol_ ? protocol_->describe_state()
+                      : "not started");
 }
 
 // ---------------------------------------------------------------- Cluster
@@ -302,7 +343,8 @@ void Cluster::fill(RunReport& report, Seconds run_time) const {
   report.links.clear();
   for (const auto& link : platform_.links) {
     const auto bytes = link_bytes_.at(link.name);
-    const double utilization = run_time > 0 ? static_cast<double>(bytes) / (link.bandwidth_Bps * run_time) : 0;
+    const double utilization =
+        run_time > 0 ? static_cast<double>(bytes) / (link.bandwidth_Bps * run_time) : 0;
     report.links.push_back({link.name, bytes, link.bandwidth_Bps, utilization});
   }
   report.messages = messages_;

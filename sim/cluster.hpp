@@ -34,9 +34,11 @@ class Stream {
 
  private:
   void run();
+  void transmit(const Message& message, std::uint64_t wire_bytes);
   SimNode& from_;
   SimNode& to_;
   std::string lane_name_;
+  double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
   std::map<std::tuple<bool, std::int64_t, std::uint64_t>, Message> queue_;  // (bulk, -priority, sequence)
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr ready_;
@@ -82,13 +84,14 @@ class SimNode final : public Runtime {
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
   void spawn(Seconds start_delay);
-  void deliver(Message message);            // a message arrived from the network
-  void post(std::function<void()> event);   // run on this node's event loop
+  void deliver(Message message);           // a message arrived from the network
+  void post(std::function<void()> event);  // run on this node's event loop
   bool stopped() const { return stopped_; }
   std::string describe() const;
   const std::string& label() const { return label_; }
   int pid() const { return pid_; }
   simgrid::s4u::Host* host() const { return host_; }
+  simgrid::s4u::SemaphorePtr flow_slots() const { return flow_slots_; }  // null: no limit
   Cluster& cluster() { return cluster_; }
 
   // Runtime
@@ -132,6 +135,7 @@ class SimNode final : public Runtime {
   std::uint64_t next_sequence_ = 1;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
+  simgrid::s4u::SemaphorePtr flow_slots_;
   std::map<NodeId, SimNode*> peers_;
   std::map<NodeId, std::unique_ptr<Stream>> streams_;
   std::map<std::string, RandomStream, std::less<>> randoms_;
@@ -148,6 +152,7 @@ class Cluster {
   std::uint64_t seed() const { return scenario_.seed; }
   HostStaging& staging(const std::string& host) { return staging_[host]; }
   simgrid::s4u::Host* host(const std::string& name) const { return platform_.hosts.at(name); }
+  double latency_factor() const { return platform_.latency_factor; }
 
   void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);
   void record_span(TraceSpan span);

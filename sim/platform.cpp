@@ -1,6 +1,8 @@
 #include "sim/platform.hpp"
 
 #include <simgrid/s4u.hpp>
+#include <sstream>
+#include <xbt/config.hpp>
 
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
@@ -33,9 +35,11 @@ LinkSpec link_for(const Scenario& sc, const std::string& host) {
 
 s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& name, Platform& platform) {
   const double loopback_latency = kLoopbackOneWay / platform.latency_factor;
-  auto* host = zone->create_host(name, sc.cluster.host_speed_flops)->set_core_count(sc.cluster.host_cores)->seal();
+  auto* host =
+      zone->create_host(name, sc.cluster.host_speed_flops)->set_core_count(sc.cluster.host_cores)->seal();
   const LinkSpec spec = link_for(sc, name);
-  auto* nic = zone->create_split_duplex_link(name + ".nic", spec.bandwidth_Bps)->set_latency(spec.latency_s)->seal();
+  auto* nic =
+      zone->create_split_duplex_link(name + ".nic", spec.bandwidth_Bps)->set_latency(spec.latency_s)->seal();
   zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
                   {s4u::LinkInRoute(nic, s4u::LinkInRoute::Direction::UP)}, true);
   // Processes on one host talk over the kernel's loopback, not the NIC.
@@ -43,7 +47,8 @@ s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& n
                        ->set_latency(loopback_latency)
                        ->set_sharing_policy(s4u::Link::SharingPolicy::FATPIPE)
                        ->seal();
-  zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(loopback)}, false);
+  zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(loopback)},
+                  false);
   platform.hosts[name] = host;
   platform.links.push_back({name + ".up", spec.bandwidth_Bps});
   platform.links.push_back({name + ".down", spec.bandwidth_Bps});
@@ -65,7 +70,7 @@ Platform build_platform(const Scenario& sc) {
   auto [bw_factor, lat_factor] = model_factors(sc.network.model);
   platform.bandwidth_factor = sc.network.bandwidth_factor > 0 ? sc.network.bandwidth_factor : bw_factor;
   platform.latency_factor = sc.network.latency_factor > 0 ? sc.network.latency_factor : lat_factor;
-  platform.cross_traffic = kCrossTraffic;
+  platform.cross_traffic = simgrid::config::get_value<bool>("network/crosstraffic") ? kCrossTraffic : 0;
 
   const int host_count = sc.host_count();
   if (sc.cluster.topology == Topology::kStar) {

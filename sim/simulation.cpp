@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <cstring>
+#include <map>
 #include <simgrid/s4u.hpp>
 #include <sstream>
 
@@ -53,6 +53,14 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   s4u::Engine engine(&argc, argv);
   s4u::Engine::set_config("contexts/stack-size:" + std::to_string(sc.sim.stack_size_kb));
   configure_network_model(sc);
+  for (const auto& setting : sc.sim.simgrid_config) {
+    try {
+      s4u::Engine::set_config(setting);
+    } catch (const std::exception& e) {
+      throw ScenarioError("sim.simgrid_config: \"" + setting + "\" is not a SimGrid setting (" + e.what() +
+                          "); write \"name:value\" as for --cfg, e.g. \"network/crosstraffic:0\"");
+    }
+  }
   Platform platform = build_platform(sc);
 
   SyntheticWorkload workload(sc);
@@ -80,12 +88,14 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   }
   for (auto* node : started) {
     Seconds delay = node == &scheduler ? sc.faults.scheduler_start_delay_s : 0;
-    if (sc.perturbation.start_jitter_s > 0) delay += node->random("start").uniform(0, sc.perturbation.start_jitter_s);
+    if (sc.perturbation.start_jitter_s > 0)
+      delay += node->random("start").uniform(0, sc.perturbation.start_jitter_s);
     node->spawn(delay);
   }
   const Seconds stall_window = std::max(30.0, 3 * sc.ps.heartbeat_timeout_s);
-  s4u::Actor::create("stall-watch", cluster.host(scheduler_host), [&] { watch_for_stalls(cluster, stall_window); })
-      ->daemonize();
+  s4u::Actor::create("stall-watch", cluster.host(scheduler_host), [&] {
+    watch_for_stalls(cluster, stall_window);
+  })->daemonize();
 
   if (options.progress) {
     auto last = std::chrono::steady_clock::now();
@@ -109,7 +119,8 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   report.scenario = sc.name;
   report.backend = "sim";
   report.seed = sc.seed;
-  const Seconds run_time = cluster.failed() || cluster.last_stop() > 0 ? cluster.last_stop() : s4u::Engine::get_clock();
+  const Seconds run_time =
+      cluster.failed() || cluster.last_stop() > 0 ? cluster.last_stop() : s4u::Engine::get_clock();
   bool all_stopped = true;
   std::ostringstream stuck;
   for (const auto& node : cluster.nodes())
@@ -128,7 +139,8 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   recorder.fill(report);
   cluster.fill(report, run_time);
   report.run_time_s = run_time;
-  report.bound = analytic_bound(sc, workload, platform.bandwidth_factor, platform.latency_factor, platform.cross_traffic);
+  report.bound = analytic_bound(sc, workload, platform.bandwidth_factor, platform.latency_factor,
+                                platform.cross_traffic);
   if (report.bound && sc.invariants.bound_tolerance > 0 && report.completed &&
       report.mean_iteration_s() > report.bound->time_s * (1 + sc.invariants.bound_tolerance)) {
     std::ostringstream out;

@@ -17,7 +17,9 @@ void FakeRuntime::send(Message message) {
   harness_.deliver(peer->second, std::move(message));
 }
 
-Seconds FakeRuntime::now() const { return harness_.now(); }
+Seconds FakeRuntime::now() const {
+  return harness_.now();
+}
 
 TimerId FakeRuntime::start_timer(Seconds delay, std::function<void()> fire) {
   return harness_.add_timer(harness_.now() + delay, [this, fire = std::move(fire)] {
@@ -25,7 +27,9 @@ TimerId FakeRuntime::start_timer(Seconds delay, std::function<void()> fire) {
   });
 }
 
-void FakeRuntime::cancel_timer(TimerId id) { harness_.cancel(id); }
+void FakeRuntime::cancel_timer(TimerId id) {
+  harness_.cancel(id);
+}
 
 void FakeRuntime::compute(std::string_view, ComputeCost, std::function<void()> done) {
   harness_.post([this, done = std::move(done)] {
@@ -48,6 +52,10 @@ std::shared_ptr<ByteBuffer> FakeRuntime::open(std::string_view name, std::size_t
 
 void Harness::deliver(std::string_view address, Message message) {
   if (std::find(unreachable.begin(), unreachable.end(), address) != unreachable.end()) return;
+  if (hold_if && hold_if(address, message)) {
+    held_.emplace_back(std::string(address), std::move(message));
+    return;
+  }
   for (auto& rt : runtimes_)
     if (rt->local_address() == address) {
       FakeRuntime* target = rt.get();
@@ -56,6 +64,14 @@ void Harness::deliver(std::string_view address, Message message) {
       });
       return;
     }
+}
+
+void Harness::release_held() {
+  auto held = std::move(held_);
+  held_.clear();
+  const auto hold = std::move(hold_if);
+  hold_if = nullptr;
+  for (auto& [address, message] : held) deliver(address, std::move(message));
 }
 
 void Harness::run(const std::function<bool()>& until, Seconds max_time) {

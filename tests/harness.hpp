@@ -18,7 +18,8 @@ class Harness;
 
 class FakeRuntime final : public Runtime, public Executor, public StagingArea {
  public:
-  FakeRuntime(Harness& harness, std::string address, std::string host) : harness_(harness), address_(std::move(address)), host_(std::move(host)) {}
+  FakeRuntime(Harness& harness, std::string address, std::string host)
+      : harness_(harness), address_(std::move(address)), host_(std::move(host)) {}
 
   NodeId self() const override { return self_; }
   void set_self(NodeId id) override { self_ = id; }
@@ -38,11 +39,15 @@ class FakeRuntime final : public Runtime, public Executor, public StagingArea {
   void trace_span(std::string_view, std::string_view, Seconds, Seconds) override {}
   void log(std::string_view text) override { logs.emplace_back(text); }
   void stop() override { stopped = true; }
-  void fail(std::string text) override { failure = std::move(text); stopped = true; }
+  void fail(std::string text) override {
+    failure = std::move(text);
+    stopped = true;
+  }
 
   // Executor: inline, ordered.
   int lanes() const override { return 4; }
-  void submit(int, std::string_view, ComputeCost, std::function<void()> work, std::function<void()> done) override;
+  void submit(int, std::string_view, ComputeCost, std::function<void()> work,
+              std::function<void()> done) override;
   // StagingArea: one namespace per host, shared by the harness.
   std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) override;
 
@@ -89,12 +94,17 @@ class Harness {
   std::shared_ptr<ByteBuffer> open(const std::string& host, std::string_view name, std::size_t bytes);
   // Drop messages sent to `address` (a node that is not there).
   std::vector<std::string> unreachable;
+  // Messages for which this returns true are held back until release_held() (reordering on purpose).
+  std::function<bool(std::string_view address, const Message&)> hold_if;
+  void release_held();
+  std::size_t held_count() const { return held_.size(); }
 
  private:
   std::vector<std::unique_ptr<FakeRuntime>> runtimes_;
   std::deque<std::function<void()>> events_;
   std::map<std::pair<Seconds, TimerId>, std::function<void()>> timers_;
   std::map<std::string, std::shared_ptr<ByteBuffer>> shm_;
+  std::vector<std::pair<std::string, Message>> held_;
   TimerId next_timer_ = 1;
   Seconds now_ = 0;
 };

@@ -17,13 +17,16 @@ CommandResult run_shell(const std::string& command) {
   FILE* pipe = popen(full.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed for: " + command);
   std::array<char, 4096> buffer{};
-  for (std::size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) result.output.append(buffer.data(), n);
+  for (std::size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
+    result.output.append(buffer.data(), n);
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
 
-CommandResult run_pstwin(const std::string& args) { return run_shell(std::string(PSTWIN_BINARY) + " " + args); }
+CommandResult run_pstwin(const std::string& args) {
+  return run_shell(std::string(PSTWIN_BINARY) + " " + args);
+}
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -33,7 +36,9 @@ std::string read_text(const std::filesystem::path& path) {
   return out.str();
 }
 
-nlohmann::json read_json(const std::filesystem::path& path) { return nlohmann::json::parse(read_text(path)); }
+nlohmann::json read_json(const std::filesystem::path& path) {
+  return nlohmann::json::parse(read_text(path));
+}
 
 std::filesystem::path fresh_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("pstwin-test-" + std::to_string(getpid())) / name;

@@ -26,7 +26,8 @@ class EventLog final : public RunObserver {
   }
   void barrier_released(int group, Seconds) override { events.push_back("barrier " + std::to_string(group)); }
   void push_applied(NodeId, int worker, std::uint64_t key, std::uint32_t it) override {
-    events.push_back("push w" + std::to_string(worker) + " k" + std::to_string(key) + " i" + std::to_string(it));
+    events.push_back("push w" + std::to_string(worker) + " k" + std::to_string(key) + " i" +
+                     std::to_string(it));
   }
   void duplicate_push(NodeId, int worker, std::uint64_t, std::uint32_t) override {
     ++duplicates;
@@ -51,10 +52,21 @@ class EventLog final : public RunObserver {
   int duplicates = 0;
 };
 
+// Sends what a node's registration would, from a bare runtime.
+void register_as(FakeRuntime& rt, Role role, int rank, const std::string& host = "hx") {
+  rt.connect(kSchedulerId, "scheduler@h0");
+  Message m;
+  m.header.recipient = kSchedulerId;
+  m.header.command = Command::kRegister;
+  m.payload = encode_node_info({kNoNode, role, rank, rt.local_address(), host});
+  rt.send(std::move(m));
+}
+
 Scenario small_scenario(std::string_view mode = "sync", int servers = 2, int workers = 3) {
-  const std::string text = "name = \"protocol\"\n[roles]\nservers = " + std::to_string(servers) +
-                           "\nworkers = " + std::to_string(workers) + "\n[ps]\nmode = \"" + std::string(mode) +
-                           "\"\npartition_bytes = 4096\n[workload]\ntensor_bytes = [8192, 4096, 1024]\niterations = 3\n";
+  const std::string text =
+      "name = \"protocol\"\n[roles]\nservers = " + std::to_string(servers) +
+      "\nworkers = " + std::to_string(workers) + "\n[ps]\nmode = \"" + std::string(mode) +
+      "\"\npartition_bytes = 4096\n[workload]\ntensor_bytes = [8192, 4096, 1024]\niterations = 3\n";
   return parse_scenario(text, "protocol-test");
 }
 
@@ -110,7 +122,8 @@ TEST(Protocol, BootstrapAssignsPsLiteIdsAndBarrierPrecedesTraffic) {
   EXPECT_EQ(ids["worker1@h2"], 11);
   EXPECT_EQ(ids["worker2@h2"], 13);
   // Every node learned its id from the table.
-  for (std::size_t i = 1; i < job.runtimes.size(); ++i) EXPECT_EQ(job.runtimes[i]->self(), ids[job.runtimes[i]->local_address()]);
+  for (std::size_t i = 1; i < job.runtimes.size(); ++i)
+    EXPECT_EQ(job.runtimes[i]->self(), ids[job.runtimes[i]->local_address()]);
   // The table came first, then the all-groups barrier, then the first push.
   const auto table_at = job.log.index_of("table");
   const auto barrier_at = job.log.index_of("barrier " + std::to_string(kAllGroups));
@@ -137,6 +150,26 @@ TEST(Protocol, BarrierWaitsForTheLastNode) {
   EXPECT_LT(job.log.index_of("barrier"), job.log.index_of("push"));
 }
 
+TEST(Protocol, PushOvertakingTheServersBarrierReleaseIsKeptNotDropped) {
+  Job job(small_scenario("sync", 1, 2));
+  // The server's barrier release is held back until a worker's push has reached the server.
+  bool push_seen = false;
+  job.harness.hold_if = [&](std::string_view address, const Message& m) {
+    if (address != "server0@h1") return false;
+    if (m.header.command == Command::kPush) push_seen = true;
+    return m.header.command == Command::kBarrier || (m.header.command == Command::kPush && !push_seen);
+  };
+  job.start_all();
+  job.harness.run([&] { return push_seen; });
+  ASSERT_TRUE(push_seen);
+  job.harness.release_held();
+  job.harness.run([&] { return job.all_stopped(); });
+  ASSERT_TRUE(job.all_stopped());
+  for (const auto& line : job.runtimes[1]->logs) EXPECT_EQ(line.find("dropping"), std::string::npos) << line;
+  job.checker.finish(true);
+  EXPECT_EQ(job.checker.violation_count(), 0u);
+}
+
 TEST(Protocol, RanksWithoutRequestFollowAddressOrderNotArrival) {
   Scenario s = small_scenario("sync", 1, 2);
   SyntheticWorkload workload(s);
@@ -147,15 +180,8 @@ TEST(Protocol, RanksWithoutRequestFollowAddressOrderNotArrival) {
   sched_rt.node = &scheduler;
   scheduler.start();
   // Registrations arrive in reverse address order, none asking for a rank.
-  for (std::string address : {"c@h3", "b@h2", "a@h1"}) {
-    auto& rt = harness.add(address, "hx");
-    rt.connect(kSchedulerId, "scheduler@h0");
-    Message m;
-    m.header.recipient = kSchedulerId;
-    m.header.command = Command::kRegister;
-    m.payload = encode_node_info({kNoNode, address == "a@h1" ? Role::kServer : Role::kWorker, -1, address, "hx"});
-    rt.send(std::move(m));
-  }
+  for (std::string address : {"c@h3", "b@h2", "a@h1"})
+    register_as(harness.add(address, "hx"), address == "a@h1" ? Role::kServer : Role::kWorker, -1);
   harness.run({}, 0.1);
   ASSERT_EQ(log.table.size(), 3u);
   EXPECT_EQ(log.table[0].address, "a@h1");
@@ -174,15 +200,7 @@ TEST(Protocol, DuplicateWorkerRankFailsNamingTheVariable) {
   Scheduler scheduler(sched_rt, s, log);
   sched_rt.node = &scheduler;
   scheduler.start();
-  for (std::string address : {"w1@h1", "w2@h2"}) {
-    auto& rt = harness.add(address);
-    rt.connect(kSchedulerId, "scheduler@h0");
-    Message m;
-    m.header.recipient = kSchedulerId;
-    m.header.command = Command::kRegister;
-    m.payload = encode_node_info({kNoNode, Role::kWorker, 0, address, "h"});
-    rt.send(std::move(m));
-  }
+  for (std::string address : {"w1@h1", "w2@h2"}) register_as(harness.add(address), Role::kWorker, 0);
   harness.run({}, 0.1);
   EXPECT_NE(sched_rt.failure.find("DMLC_WORKER_ID"), std::string::npos) << sched_rt.failure;
   EXPECT_NE(sched_rt.failure.find("w1@h1"), std::string::npos);
@@ -224,7 +242,8 @@ TEST(Protocol, UnreachableSchedulerIsReportedWithinTheConnectTimeout) {
   harness.run([&] { return rt.stopped; });
   ASSERT_TRUE(rt.stopped);
   EXPECT_DOUBLE_EQ(harness.now(), 3.0);
-  EXPECT_NE(rt.failure.find("cannot reach the scheduler at scheduler@10.0.0.1:1234"), std::string::npos) << rt.failure;
+  EXPECT_NE(rt.failure.find("cannot reach the scheduler at scheduler@10.0.0.1:1234"), std::string::npos)
+      << rt.failure;
   EXPECT_NE(rt.failure.find("DMLC_PS_ROOT_URI"), std::string::npos);
 }
 
@@ -305,14 +324,7 @@ TEST(Protocol, SecondPushInOneRoundIsRefusedAndReported) {
     FakeRuntime& rt;
     int rank;
     explicit Puppet(FakeRuntime& r, int k) : rt(r), rank(k) {}
-    void start() override {
-      rt.connect(kSchedulerId, "scheduler@h0");
-      Message m;
-      m.header.recipient = kSchedulerId;
-      m.header.command = Command::kRegister;
-      m.payload = encode_node_info({kNoNode, Role::kWorker, rank, rt.local_address(), "h2"});
-      rt.send(std::move(m));
-    }
+    void start() override { register_as(rt, Role::kWorker, rank, "h2"); }
     void on_message(Message m) override {
       if (m.header.command == Command::kNodeTable) {
         std::string error;

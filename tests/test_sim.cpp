@@ -28,7 +28,8 @@ TEST(Sim, QuickstartCompletesAndChecksEveryAggregate) {
   EXPECT_EQ(r["seed"], 1);
   EXPECT_TRUE(r["completed"].get<bool>());
   ASSERT_EQ(r["iterations"].size(), 5u);
-  for (const auto& it : r["iterations"]) EXPECT_GT(it["time_s"].get<double>(), 0.01);  // compute alone is 10 ms
+  for (const auto& it : r["iterations"])
+    EXPECT_GT(it["time_s"].get<double>(), 0.01);  // compute alone is 10 ms
   // 4 tensors in 1 MB partitions = 7 keys; per iteration: 7 aggregates, 4 workers x 7 pushes and pulls.
   EXPECT_GE(r["invariants"]["checked"].get<int>(), 5 * (7 + 4 * 7 + 4 * 7));
   EXPECT_TRUE(r["invariants"]["violations"].empty());
@@ -60,7 +61,8 @@ TEST(Sim, SameSeedGivesIdenticalFilesAndOtherSeedsOtherTimings) {
   ASSERT_EQ(run_pstwin("sim scenarios/crossed_line.toml -q --seed 5 --out " + a.string()).exit_code, 0);
   ASSERT_EQ(run_pstwin("sim scenarios/crossed_line.toml -q --seed 5 --out " + b.string()).exit_code, 0);
   ASSERT_EQ(run_pstwin("sim scenarios/crossed_line.toml -q --seed 6 --out " + c.string()).exit_code, 0);
-  auto ra = read_json(a / "results.json"), rb = read_json(b / "results.json"), rc = read_json(c / "results.json");
+  auto ra = read_json(a / "results.json"), rb = read_json(b / "results.json"),
+       rc = read_json(c / "results.json");
   ra.erase("wall_s");
   rb.erase("wall_s");
   EXPECT_EQ(ra.dump(), rb.dump());
@@ -85,18 +87,22 @@ TEST(Sim, AsyncModeAppliesEveryPushExactlyOnce) {
 
 TEST(Sim, CrossedLineFoundWithin20SeedsAndReplayedExactly) {
   const auto dir = fresh_dir("crossed-found");
-  const auto explore = run_pstwin("explore scenarios/crossed_line.toml --seeds 20 -q --set staging.naming=legacy-key-only --out " +
-                                  dir.string());
+  const auto explore = run_pstwin(
+      "explore scenarios/crossed_line.toml --seeds 20 -q --set staging.naming=legacy-key-only --out " +
+      dir.string());
   ASSERT_EQ(explore.exit_code, 1) << explore.output;
   std::smatch match;
-  ASSERT_TRUE(std::regex_search(explore.output, match, std::regex("seed (\\d+): .*first \\[(\\w+)\\] ([^\\n]*)\\n  replay: (pstwin sim [^\\n]*)")))
+  ASSERT_TRUE(std::regex_search(
+      explore.output, match,
+      std::regex("seed (\\d+): .*first \\[(\\w+)\\] ([^\\n]*)\\n  replay: (pstwin sim [^\\n]*)")))
       << explore.output;
   const std::string seed = match[1], invariant = match[2], detail = match[3], replay = match[4];
   EXPECT_NE(replay.find("--seed " + seed), std::string::npos);
   EXPECT_NE(replay.find("--set staging.naming=legacy-key-only"), std::string::npos);
   // The replay command, run as printed, reproduces the same first violation.
   const auto out = fresh_dir("crossed-replay");
-  const auto rerun = run_shell(std::string(PSTWIN_BINARY) + replay.substr(std::string("pstwin").size()) + " -q --out " + out.string());
+  const auto rerun = run_shell(std::string(PSTWIN_BINARY) + replay.substr(std::string("pstwin").size()) +
+                               " -q --out " + out.string());
   EXPECT_EQ(rerun.exit_code, 1) << rerun.output;
   const auto r = read_json(out / "results.json");
   ASSERT_FALSE(r["invariants"]["violations"].empty());
@@ -109,7 +115,8 @@ TEST(Sim, CrossedLineFoundWithin20SeedsAndReplayedExactly) {
 TEST(Sim, CrossedLineAbsentIn2000SeedsWithPerRankNaming) {
   const auto explore = run_pstwin("explore scenarios/crossed_line.toml --seeds 2000 -q -j 2");
   EXPECT_EQ(explore.exit_code, 0) << explore.output.substr(0, 4000);
-  EXPECT_NE(explore.output.find("explored 2000 seeds (0..1999) of crossed_line: 0 with invariant violations, 2000 clean"),
+  EXPECT_NE(explore.output.find(
+                "explored 2000 seeds (0..1999) of crossed_line: 0 with invariant violations, 2000 clean"),
             std::string::npos)
       << explore.output.substr(0, 4000);
 }
@@ -134,8 +141,10 @@ TEST(Sim, SaturationScenarioIsWithinFivePercentOfItsAnalyticBound) {
 
 TEST(Sim, UnreachableSchedulerFailsWithinTheConnectTimeout) {
   const auto dir = fresh_dir("unreachable");
-  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --set faults.scheduler_start_delay=60s --set ps.connect_timeout=3s --out " +
-                              dir.string());
+  const auto run = run_pstwin(
+      "sim scenarios/quickstart.toml -q --set faults.scheduler_start_delay=60s --set ps.connect_timeout=3s "
+      "--out " +
+      dir.string());
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("cannot reach the scheduler at scheduler@h0"), std::string::npos) << run.output;
   const auto r = read_json(dir / "results.json");
@@ -146,8 +155,9 @@ TEST(Sim, UnreachableSchedulerFailsWithinTheConnectTimeout) {
 
 TEST(Sim, TwoTierTopologyCarriesCrossRackTraffic) {
   const auto dir = fresh_dir("two-tier");
-  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --set cluster.topology=two-tier --set cluster.racks=2 --out " +
-                              dir.string());
+  const auto run = run_pstwin(
+      "sim scenarios/quickstart.toml -q --set cluster.topology=two-tier --set cluster.racks=2 --out " +
+      dir.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto r = read_json(dir / "results.json");
   std::uint64_t rack_bytes = 0;

@@ -22,7 +22,8 @@ Scenario load(const CommonOptions& common) {
 std::pair<std::string, std::string> split_override(const std::string& text) {
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw ScenarioError("--set " + text + ": expected FIELD=VALUE, e.g. --set staging.naming=legacy-key-only");
+    throw ScenarioError("--set " + text +
+                        ": expected FIELD=VALUE, e.g. --set staging.naming=legacy-key-only");
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
@@ -31,7 +32,8 @@ int run_sim(const CommonOptions& common, const SimOptions& options) {
   if (options.seed) scenario.seed = *options.seed;
   const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
   sim::SimOptions sim_options;
-  if (!common.quiet) sim_options.progress = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
+  if (!common.quiet)
+    sim_options.progress = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   const RunReport report = sim::run_simulation(scenario, sim_options);
   write_outputs(report, scenario, out_dir);
   std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
@@ -70,7 +72,8 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
     ++bad;
     std::cout << "seed " << report.seed << ": " << report.violation_count << " violation(s)";
     if (!report.violations.empty())
-      std::cout << ", first [" << report.violations.front().invariant << "] " << report.violations.front().detail;
+      std::cout << ", first [" << report.violations.front().invariant << "] "
+                << report.violations.front().detail;
     std::cout << "\n  replay: " << report.replay << "\n";
   }
   std::cout << "explored " << reports.size() << " seeds (" << options.first_seed << ".."

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     sub->add_flag("-q,--quiet", common.quiet, "no progress lines on stderr");
   };
 
-  auto* sim = app.add_subcommand("sim", "simulate a scenario in SimGrid and write results.json and trace.json");
+  auto* sim =
+      app.add_subcommand("sim", "simulate a scenario in SimGrid and write results.json and trace.json");
   add_common(sim);
   sim->add_option("--seed", sim_options.seed, "seed for every random choice (default: the scenario's seed)");
   sim->add_option("--out", sim_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
@@ -33,9 +34,12 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "validate a scenario and print it fully resolved");
   add_common(check);
 
-  auto* explore = app.add_subcommand("explore", "simulate many seeds and report invariant violations with replays");
+  auto* explore =
+      app.add_subcommand("explore", "simulate many seeds and report invariant violations with replays");
   add_common(explore);
-  explore->add_option("--seeds", explore_options.seeds, "how many seeds to run")->required()->check(CLI::PositiveNumber);
+  explore->add_option("--seeds", explore_options.seeds, "how many seeds to run")
+      ->required()
+      ->check(CLI::PositiveNumber);
   explore->add_option("--first-seed", explore_options.first_seed, "first seed (default 0)");
   explore->add_option("-j,--jobs", explore_options.jobs, "simulations run in parallel (default 2)")
       ->check(CLI::Range(1, 256));

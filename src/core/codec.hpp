@@ -51,8 +51,8 @@ HeaderBytes encode_header(const MessageHeader& header, const Payload& payload, b
 
 // Validates and decodes the first 64 bytes. Checks magic, version, flags, command, header CRC
 // and the payload-length limit. Never reads past `bytes`, never allocates for the payload.
-std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, MessageHeader& out,
-                                         bool& phantom, const DecodeLimits& limits = {});
+std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, MessageHeader& out, bool& phantom,
+                                         const DecodeLimits& limits = {});
 
 // Decodes a whole frame (header + payload bytes). The payload is copied into a fresh buffer
 // only after every check passed, so a hostile length cannot make it allocate.

@@ -10,15 +10,15 @@
 namespace pstwin {
 
 enum class Command : std::uint16_t {
-  kRegister = 1,      // node -> scheduler: role, rank wish, address
-  kNodeTable = 2,     // scheduler -> all: the id/role/rank/address table
-  kBarrier = 3,       // node -> scheduler (request), scheduler -> node (response = release); key = group
-  kHeartbeat = 4,     // node -> scheduler
-  kPush = 5,          // worker -> server; response = ack
-  kPull = 6,          // worker -> server; response carries the value
-  kWorkerDone = 7,    // worker -> scheduler: all iterations finished
-  kShutdown = 8,      // scheduler -> node (request), node -> scheduler (response = ack)
-  kFatal = 9,         // any -> scheduler: a node hit an unrecoverable error (payload: text)
+  kRegister = 1,    // node -> scheduler: role, rank wish, address
+  kNodeTable = 2,   // scheduler -> all: the id/role/rank/address table
+  kBarrier = 3,     // node -> scheduler (request), scheduler -> node (response = release); key = group
+  kHeartbeat = 4,   // node -> scheduler
+  kPush = 5,        // worker -> server; response = ack
+  kPull = 6,        // worker -> server; response carries the value
+  kWorkerDone = 7,  // worker -> scheduler: all iterations finished
+  kShutdown = 8,    // scheduler -> node (request), node -> scheduler (response = ack)
+  kFatal = 9,       // any -> scheduler: a node hit an unrecoverable error (payload: text)
 };
 inline constexpr std::uint16_t kMaxCommand = 9;
 
@@ -32,7 +32,7 @@ struct MessageHeader {
   Command command = Command::kHeartbeat;
   bool is_response = false;
   std::int32_t priority = 0;
-  std::uint64_t sequence = 0;   // per-sender message sequence (ps-lite's timestamp)
+  std::uint64_t sequence = 0;  // per-sender message sequence (ps-lite's timestamp)
   std::uint32_t iteration = 0;
   std::uint32_t partition = 0;
   std::uint64_t key = 0;

@@ -12,8 +12,8 @@ class RandomStream {
   RandomStream(std::uint64_t seed, std::string_view purpose, std::uint64_t salt = 0);
 
   std::uint64_t next_u64();
-  double uniform01();                       // [0, 1)
-  double uniform(double low, double high);  // [low, high)
+  double uniform01();                        // [0, 1)
+  double uniform(double low, double high);   // [low, high)
   std::uint64_t below(std::uint64_t bound);  // [0, bound), bound > 0
   double normal(double mean, double stddev);
 

@@ -44,14 +44,16 @@ class ByteReader {
   bool str(std::string& s, const char* field) {
     std::uint32_t n = 0;
     if (!u32(n, field)) return false;
-    if (n > kMaxString) return fail(field, "length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
+    if (n > kMaxString)
+      return fail(field, "length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
     if (bytes_.size() - pos_ < n) return fail(field, "truncated");
     s.assign(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
     pos_ += n;
     return true;
   }
   bool at_end(const char* what) {
-    return pos_ == bytes_.size() ? true : fail(what, std::to_string(bytes_.size() - pos_) + " trailing bytes");
+    return pos_ == bytes_.size() ? true
+                                 : fail(what, std::to_string(bytes_.size() - pos_) + " trailing bytes");
   }
   const std::string& error() const { return error_; }
 
@@ -145,7 +147,8 @@ std::optional<std::vector<NodeInfo>> decode_node_table(const Payload& payload, s
 
 std::string decode_text(const Payload& payload) {
   const auto bytes = real_bytes(payload);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), std::min<std::size_t>(bytes.size(), kMaxString));
+  return std::string(reinterpret_cast<const char*>(bytes.data()),
+                     std::min<std::size_t>(bytes.size(), kMaxString));
 }
 
 }  // namespace pstwin

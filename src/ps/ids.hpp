@@ -16,9 +16,15 @@ inline constexpr int kValidatorGroup = 8;
 inline constexpr int kAllGroups = kSchedulerGroup | kServerGroup | kWorkerGroup | kValidatorGroup;
 inline constexpr NodeId kValidatorIdBase = 1 << 20;
 
-constexpr NodeId server_id(int rank) { return 2 * rank + 8; }
-constexpr NodeId worker_id(int rank) { return 2 * rank + 9; }
-constexpr NodeId validator_id(int rank) { return kValidatorIdBase + rank; }
+constexpr NodeId server_id(int rank) {
+  return 2 * rank + 8;
+}
+constexpr NodeId worker_id(int rank) {
+  return 2 * rank + 9;
+}
+constexpr NodeId validator_id(int rank) {
+  return kValidatorIdBase + rank;
+}
 
 constexpr Role role_of(NodeId id) {
   if (id == kSchedulerId) return Role::kScheduler;
@@ -27,19 +33,27 @@ constexpr Role role_of(NodeId id) {
 }
 constexpr int rank_of(NodeId id) {
   switch (role_of(id)) {
-    case Role::kScheduler: return 0;
-    case Role::kValidator: return id - kValidatorIdBase;
-    case Role::kServer: return (id - 8) / 2;
-    case Role::kWorker: return (id - 9) / 2;
+    case Role::kScheduler:
+      return 0;
+    case Role::kValidator:
+      return id - kValidatorIdBase;
+    case Role::kServer:
+      return (id - 8) / 2;
+    case Role::kWorker:
+      return (id - 9) / 2;
   }
   return -1;
 }
 constexpr int group_of(Role role) {
   switch (role) {
-    case Role::kScheduler: return kSchedulerGroup;
-    case Role::kServer: return kServerGroup;
-    case Role::kWorker: return kWorkerGroup;
-    case Role::kValidator: return kValidatorGroup;
+    case Role::kScheduler:
+      return kSchedulerGroup;
+    case Role::kServer:
+      return kServerGroup;
+    case Role::kWorker:
+      return kWorkerGroup;
+    case Role::kValidator:
+      return kValidatorGroup;
   }
   return 0;
 }

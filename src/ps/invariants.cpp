@@ -11,7 +11,8 @@ constexpr std::size_t kMaxKept = 100;
 
 std::string where(NodeId server, std::uint64_t key, std::uint32_t iteration) {
   std::ostringstream out;
-  out << "server " << server << " (rank " << rank_of(server) << "), key " << key << ", iteration " << iteration;
+  out << "server " << server << " (rank " << rank_of(server) << "), key " << key << ", iteration "
+      << iteration;
   return out.str();
 }
 }  // namespace
@@ -28,7 +29,8 @@ void InvariantChecker::push_applied(NodeId server, int worker, std::uint64_t key
   if (!scenario_.invariants.updates) return;
   ++checked_;
   if (!applied_.insert({key, iteration, worker}).second)
-    add({"updates", where(server, key, iteration) + ": push of worker " + std::to_string(worker) + " applied twice"});
+    add({"updates",
+         where(server, key, iteration) + ": push of worker " + std::to_string(worker) + " applied twice"});
 }
 
 void InvariantChecker::duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) {
@@ -38,8 +40,8 @@ void InvariantChecker::duplicate_push(NodeId server, int worker, std::uint64_t k
                       " pushed twice in one round (second push refused)"});
 }
 
-void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint64_t key, std::uint32_t iteration,
-                                 const Payload& value, bool whole_run) {
+void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint64_t key,
+                                 std::uint32_t iteration, const Payload& value, bool whole_run) {
   if (!scenario_.invariants.aggregates || value.is_phantom()) return;
   ++checked_;
   const auto& spec = workload_.partition(key);
@@ -52,16 +54,18 @@ void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint
   std::size_t wrong = 0;
   std::size_t first = 0;
   for (std::size_t j = 0; j < floats.size(); ++j) {
-    const float expected = whole_run ? workload_.expected_total(key, j) : workload_.expected_round_sum(iteration, key, j);
+    const float expected =
+        whole_run ? workload_.expected_total(key, j) : workload_.expected_round_sum(iteration, key, j);
     if (floats[j] != expected && wrong++ == 0) first = j;
   }
   if (wrong == 0) return;
   const float expected =
       whole_run ? workload_.expected_total(key, first) : workload_.expected_round_sum(iteration, key, first);
   std::ostringstream out;
-  out << where(server, key, iteration) << ": " << what << " differs from the sum of the " << workload_.workers()
-      << " workers' contributions in " << wrong << " of " << floats.size() << " elements (element " << first << " = "
-      << floats[first] << ", expected " << expected << "; a contribution was counted twice, lost or crossed)";
+  out << where(server, key, iteration) << ": " << what << " differs from the sum of the "
+      << workload_.workers() << " workers' contributions in " << wrong << " of " << floats.size()
+      << " elements (element " << first << " = " << floats[first] << ", expected " << expected
+      << "; a contribution was counted twice, lost or crossed)";
   add({"aggregates", out.str()});
 }
 
@@ -74,16 +78,18 @@ void InvariantChecker::final_store(NodeId server, std::uint64_t key, const Paylo
   check_sum("final store", server, key, static_cast<std::uint32_t>(workload_.iterations() - 1), store, true);
 }
 
-void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) {
-  if (!scenario_.invariants.sync_identical || scenario_.ps.mode != TrainingMode::kSync || value.is_phantom()) return;
+void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_t iteration,
+                                     const Payload& value) {
+  if (!scenario_.invariants.sync_identical || scenario_.ps.mode != TrainingMode::kSync || value.is_phantom())
+    return;
   ++checked_;
   Digest digest;
   digest.update(value.bytes());
   auto [it, first] = first_pull_digest_.try_emplace({key, iteration}, worker, digest.hex());
   if (!first && it->second.second != digest.hex())
-    add({"sync_identical", "key " + std::to_string(key) + ", iteration " + std::to_string(iteration) + ": worker " +
-                               std::to_string(worker) + " pulled a different value than worker " +
-                               std::to_string(it->second.first)});
+    add({"sync_identical", "key " + std::to_string(key) + ", iteration " + std::to_string(iteration) +
+                               ": worker " + std::to_string(worker) +
+                               " pulled a different value than worker " + std::to_string(it->second.first)});
 }
 
 void InvariantChecker::finish(bool run_completed) {

@@ -29,7 +29,8 @@ class InvariantChecker final : public RunObserver {
 
   void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
   void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
-  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration, const Payload& agg) override;
+  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration,
+                          const Payload& agg) override;
   void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override;
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
 

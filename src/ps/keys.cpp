@@ -20,9 +20,12 @@ std::uint64_t hash_sdbm(std::uint64_t key) {
 int server_for_key(std::uint64_t key, int num_servers, KeyHash hash) {
   const auto n = static_cast<std::uint64_t>(num_servers);
   switch (hash) {
-    case KeyHash::kDjb2: return static_cast<int>(hash_djb2(key) % n);
-    case KeyHash::kSdbm: return static_cast<int>(hash_sdbm(key) % n);
-    case KeyHash::kNaive: return static_cast<int>(((key >> 16) + (key % 65536)) % n);
+    case KeyHash::kDjb2:
+      return static_cast<int>(hash_djb2(key) % n);
+    case KeyHash::kSdbm:
+      return static_cast<int>(hash_sdbm(key) % n);
+    case KeyHash::kNaive:
+      return static_cast<int>(((key >> 16) + (key % 65536)) % n);
   }
   return 0;
 }

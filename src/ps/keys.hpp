@@ -13,9 +13,9 @@ namespace pstwin {
 
 struct PartitionSpec {
   std::uint64_t key = 0;
-  int tensor = 0;             // declared tensor index (its declared key)
-  std::uint32_t part = 0;     // index within the tensor
-  std::uint64_t offset = 0;   // byte offset within the tensor
+  int tensor = 0;            // declared tensor index (its declared key)
+  std::uint32_t part = 0;    // index within the tensor
+  std::uint64_t offset = 0;  // byte offset within the tensor
   std::uint64_t bytes = 0;
   std::int32_t priority = 0;  // higher goes first; earlier layers are higher (BytePS: -declared_key)
   int server_rank = 0;

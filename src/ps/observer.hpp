@@ -48,7 +48,8 @@ class ObserverFanout final : public RunObserver {
   void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
     for (auto* t : targets_) t->duplicate_push(server, worker, key, iteration);
   }
-  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration, const Payload& agg) override {
+  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration,
+                          const Payload& agg) override {
     for (auto* t : targets_) t->aggregate_complete(server, key, iteration, agg);
   }
   void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override {

@@ -24,7 +24,8 @@ void PsNode::start() {
     std::ostringstream out;
     out << role_name(role_) << " " << rank_ << " on " << rt_.host_name() << " cannot reach the scheduler at "
         << scheduler_address_ << ": no node table after " << timeout
-        << " s. Check DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT (scenario: roles.scheduler_host) and that the scheduler "
+        << " s. Check DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT (scenario: roles.scheduler_host) and that the "
+           "scheduler "
            "is running; raise ps.connect_timeout if it starts late.";
     rt_.fail(out.str());
   });
@@ -48,11 +49,15 @@ void PsNode::on_message(Message message) {
   if (phase_ == Phase::kStopped) return;
   const auto& h = message.header;
   switch (h.command) {
-    case Command::kNodeTable: on_node_table(message); return;
+    case Command::kNodeTable:
+      on_node_table(message);
+      return;
     case Command::kBarrier:
       if (h.is_response && phase_ == Phase::kBarrier) {
         phase_ = Phase::kRunning;
         on_ready();
+        auto early = std::move(early_);
+        for (auto& m : early) on_app_message(std::move(m));
       }
       return;
     case Command::kShutdown:
@@ -65,9 +70,13 @@ void PsNode::on_message(Message message) {
       return;
     case Command::kPush:
     case Command::kPull:
+      if (phase_ == Phase::kBarrier) {
+        early_.push_back(std::move(message));
+        return;
+      }
       if (phase_ != Phase::kRunning) {
-        rt_.log("dropping " + std::string(command_name(h.command)) + " from node " + std::to_string(h.sender) +
-                " received before the start barrier");
+        rt_.log("dropping " + std::string(command_name(h.command)) + " from node " +
+                std::to_string(h.sender) + " received before this node had the node table");
         return;
       }
       on_app_message(std::move(message));
@@ -112,10 +121,14 @@ void PsNode::heartbeat() {
 
 std::string PsNode::describe_state() const {
   switch (phase_) {
-    case Phase::kRegistering: return "registering with the scheduler at " + scheduler_address_;
-    case Phase::kBarrier: return "waiting for the start barrier";
-    case Phase::kRunning: return describe_app_state();
-    case Phase::kStopped: return "stopped";
+    case Phase::kRegistering:
+      return "registering with the scheduler at " + scheduler_address_;
+    case Phase::kBarrier:
+      return "waiting for the start barrier";
+    case Phase::kRunning:
+      return describe_app_state();
+    case Phase::kStopped:
+      return "stopped";
   }
   return "";
 }

@@ -53,6 +53,9 @@ class PsNode : public Node {
   std::string scheduler_address_;
   std::vector<NodeInfo> table_;
   std::optional<TimerId> connect_timer_;
+  // Pushes and pulls that overtook our own barrier release (they travel on other connections):
+  // kept and handled once the barrier releases us, never dropped.
+  std::vector<Message> early_;
   enum class Phase { kRegistering, kBarrier, kRunning, kStopped } phase_ = Phase::kRegistering;
 };
 

@@ -33,9 +33,14 @@ void Scheduler::on_message(Message message) {
   const auto& h = message.header;
   if (h.sender != kNoNode) last_seen_[h.sender] = rt_.now();
   switch (h.command) {
-    case Command::kRegister: on_register(message); return;
-    case Command::kBarrier: on_barrier(message); return;
-    case Command::kHeartbeat: return;
+    case Command::kRegister:
+      on_register(message);
+      return;
+    case Command::kBarrier:
+      on_barrier(message);
+      return;
+    case Command::kHeartbeat:
+      return;
     case Command::kWorkerDone:
       workers_done_.insert(h.sender);
       if (static_cast<int>(workers_done_.size()) == expected_workers_ && !shutting_down_) {
@@ -55,7 +60,8 @@ void Scheduler::on_message(Message message) {
       rt_.fail("node " + std::to_string(h.sender) + " failed: " + decode_text(message.payload));
       return;
     default:
-      rt_.log("scheduler: ignoring " + std::string(command_name(h.command)) + " from node " + std::to_string(h.sender));
+      rt_.log("scheduler: ignoring " + std::string(command_name(h.command)) + " from node " +
+              std::to_string(h.sender));
   }
 }
 
@@ -73,8 +79,9 @@ void Scheduler::on_register(const Message& message) {
   for (const auto& existing : registrations_) {
     if (existing.address == info->address) return;  // a retry
     if (existing.role == info->role && existing.rank >= 0 && existing.rank == info->rank) {
-      rt_.fail("two " + std::string(role_name(info->role)) + "s registered with rank " + std::to_string(info->rank) +
-               " (" + existing.address + " and " + info->address + "); give each a distinct DMLC_WORKER_ID");
+      rt_.fail("two " + std::string(role_name(info->role)) + "s registered with rank " +
+               std::to_string(info->rank) + " (" + existing.address + " and " + info->address +
+               "); give each a distinct DMLC_WORKER_ID");
       return;
     }
   }
@@ -104,7 +111,8 @@ void Scheduler::assign_ids() {
         nodes.push_back(&r);
         if (r.rank >= 0) taken.insert(r.rank);
       }
-    std::sort(nodes.begin(), nodes.end(), [](const NodeInfo* a, const NodeInfo* b) { return a->address < b->address; });
+    std::sort(nodes.begin(), nodes.end(),
+              [](const NodeInfo* a, const NodeInfo* b) { return a->address < b->address; });
     int next = 0;
     for (auto* node : nodes) {
       if (node->rank < 0) {
@@ -156,8 +164,8 @@ void Scheduler::check_heartbeats() {
     if (silent > scenario_.ps.heartbeat_timeout_s) {
       std::ostringstream out;
       out << role_name(info.role) << " " << info.rank << " (node " << info.id << " at " << info.address
-          << ") sent nothing for " << silent << " s (ps.heartbeat_timeout = " << scenario_.ps.heartbeat_timeout_s
-          << " s): presumed dead";
+          << ") sent nothing for " << silent
+          << " s (ps.heartbeat_timeout = " << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
       rt_.fail(out.str());
       return;
     }
@@ -168,7 +176,8 @@ void Scheduler::check_heartbeats() {
 std::string Scheduler::describe_state() const {
   std::ostringstream out;
   if (table_.empty())
-    out << "waiting for registrations: " << registrations_.size() << " of " << expected_servers_ + expected_workers_;
+    out << "waiting for registrations: " << registrations_.size() << " of "
+        << expected_servers_ + expected_workers_;
   else if (!shutting_down_)
     out << "running; " << workers_done_.size() << " of " << expected_workers_ << " workers done";
   else

@@ -100,7 +100,8 @@ void Server::sync_pull(Message message) {
   answer_sync_pull(message, round, key, iteration);
 }
 
-void Server::answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration) {
+void Server::answer_sync_pull(const Message& request, Round& round, std::uint64_t key,
+                              std::uint32_t iteration) {
   // Zero-copy: every pull of a finished round shares the one aggregate buffer.
   reply(request, round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
   if (++round.pulls_answered == workload_.workers()) keys_[key].rounds.erase(iteration);
@@ -145,8 +146,9 @@ void Server::async_pull(Message message) {
     *snapshot = Payload::copy_of(state.store->bytes());
   };
   auto done = [this, request = std::move(message), snapshot] { reply(request, *snapshot); };
-  engine_.submit(state.lane, "snapshot", {static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps, 0},
-                 std::move(work), std::move(done));
+  engine_.submit(state.lane, "snapshot",
+                 {static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps, 0}, std::move(work),
+                 std::move(done));
 }
 
 void Server::on_shutdown() {
@@ -162,12 +164,12 @@ std::string Server::describe_app_state() const {
   for (const auto& [key, state] : keys_) {
     for (const auto& [iteration, round] : state.rounds) {
       if (open_rounds++ < 3)
-        out << " key " << key << " it " << iteration << ": " << round.pushes_applied << "/" << workload_.workers()
-            << " pushes, " << round.waiting_pulls.size() << " pulls waiting;";
+        out << " key " << key << " it " << iteration << ": " << round.pushes_applied << "/"
+            << workload_.workers() << " pushes, " << round.waiting_pulls.size() << " pulls waiting;";
     }
   }
-  return "serving " + std::to_string(keys_.size()) + " keys, " + std::to_string(open_rounds) + " open rounds" +
-         (open_rounds ? ":" + out.str() : "");
+  return "serving " + std::to_string(keys_.size()) + " keys, " + std::to_string(open_rounds) +
+         " open rounds" + (open_rounds ? ":" + out.str() : "");
 }
 
 }  // namespace pstwin

@@ -13,6 +13,7 @@
 
 namespace pstwin {
 
-std::string staging_buffer_name(StagingNaming naming, std::string_view job, Role role, int rank, std::uint64_t key);
+std::string staging_buffer_name(StagingNaming naming, std::string_view job, Role role, int rank,
+                                std::uint64_t key);
 
 }  // namespace pstwin

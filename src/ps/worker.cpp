@@ -13,7 +13,9 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload)
       copy_stage_(context.runtime.executor("copy", 1)),
       push_stage_(context.runtime.executor("push", 1)) {}
 
-void Worker::on_ready() { start_iteration(); }
+void Worker::on_ready() {
+  start_iteration();
+}
 
 void Worker::start_iteration() {
   iteration_start_ = rt_.now();
@@ -30,8 +32,8 @@ void Worker::start_iteration() {
 std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partition) {
   auto& region = staging_[partition.key];
   if (!region) {
-    const auto name = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker, rank_,
-                                          partition.key);
+    const auto name = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker,
+                                          rank_, partition.key);
     region = rt_.staging().open(name, partition.bytes);
   }
   return region;
@@ -64,7 +66,8 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
 }
 
 void Worker::ready_to_push(const PartitionSpec& partition, Payload payload) {
-  ready_.emplace(std::make_pair(-partition.priority, partition.key), std::make_pair(&partition, std::move(payload)));
+  ready_.emplace(std::make_pair(-partition.priority, partition.key),
+                 std::make_pair(&partition, std::move(payload)));
   dispatch_pushes();
 }
 
@@ -95,9 +98,9 @@ void Worker::on_app_message(Message message) {
     return;
   }
   if (message.header.iteration != iteration_) {
-    rt_.fail("worker " + std::to_string(rank_) + " got a " + std::string(command_name(message.header.command)) +
-             " response for iteration " + std::to_string(message.header.iteration) + " during iteration " +
-             std::to_string(iteration_));
+    rt_.fail("worker " + std::to_string(rank_) + " got a " +
+             std::string(command_name(message.header.command)) + " response for iteration " +
+             std::to_string(message.header.iteration) + " during iteration " + std::to_string(iteration_));
     return;
   }
   if (message.header.command == Command::kPush)

@@ -11,15 +11,16 @@ SyntheticWorkload::SyntheticWorkload(const Scenario& scenario)
     : workers_(scenario.roles.workers), iterations_(scenario.workload.iterations) {
   const auto tensors = scenario.declared_tensor_bytes();
   model_bytes_ = std::accumulate(tensors.begin(), tensors.end(), std::uint64_t{0});
-  partitions_ = partition_tensors(tensors, scenario.ps.partition_bytes, scenario.roles.servers, scenario.ps.key_hash);
+  partitions_ =
+      partition_tensors(tensors, scenario.ps.partition_bytes, scenario.roles.servers, scenario.ps.key_hash);
   index_by_key_order_.resize(partitions_.size());
   std::iota(index_by_key_order_.begin(), index_by_key_order_.end(), std::size_t{0});
   std::sort(index_by_key_order_.begin(), index_by_key_order_.end(),
             [&](std::size_t a, std::size_t b) { return partitions_[a].key < partitions_[b].key; });
 
   // Largest single value is m + 8; the largest sum adds it `contributions` times.
-  const std::uint64_t contributions = static_cast<std::uint64_t>(workers_) *
-                                      (scenario.ps.mode == TrainingMode::kAsync ? iterations_ : 1);
+  const std::uint64_t contributions =
+      static_cast<std::uint64_t>(workers_) * (scenario.ps.mode == TrainingMode::kAsync ? iterations_ : 1);
   const std::uint64_t limit = (std::uint64_t{1} << 24) / std::max<std::uint64_t>(contributions, 1);
   modulus_ = std::clamp<std::uint64_t>(limit > 9 ? limit - 9 : 1, 1, static_cast<std::uint64_t>(workers_));
   for (int w = 0; w < workers_; ++w) worker_term_sum_ += static_cast<std::uint64_t>(w) % modulus_;

@@ -1,6 +1,7 @@
 #include "report/run_recorder.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "core/codec.hpp"
@@ -20,9 +21,12 @@ std::string value_digest(std::uint64_t key, const Payload& value) {
 RunRecorder::RunRecorder(const Scenario& scenario, const SyntheticWorkload& workload)
     : scenario_(scenario), workload_(workload) {}
 
-void RunRecorder::node_table(const std::vector<NodeInfo>& table, Seconds) { nodes_ = table; }
+void RunRecorder::node_table(const std::vector<NodeInfo>& table, Seconds) {
+  nodes_ = table;
+}
 
-void RunRecorder::pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) {
+void RunRecorder::pull_received(int worker, std::uint64_t key, std::uint32_t iteration,
+                                const Payload& value) {
   // Sync: every worker holds the same final aggregates; worker 0's stand for the model.
   if (scenario_.ps.mode == TrainingMode::kSync && worker == 0 &&
       static_cast<int>(iteration) == workload_.iterations() - 1)
@@ -51,8 +55,8 @@ void RunRecorder::fill(RunReport& report) const {
   report.model_digest = final_digest_.empty() ? "" : digest.hex();
 }
 
-std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload& workload, double bandwidth_factor,
-                                    double latency_factor, double cross_traffic) {
+std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload& workload,
+                                    double bandwidth_factor, double latency_factor, double cross_traffic) {
   if (sc.cluster.topology != Topology::kStar || sc.ps.mode != TrainingMode::kSync) return std::nullopt;
   auto link_of = [&](const std::string& host) {
     LinkSpec link{sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
@@ -69,7 +73,7 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
 
   const double n = sc.roles.workers;
   double bound = 0;
-  double max_latency = 0;
+  double min_latency = std::numeric_limits<double>::infinity();
   std::ostringstream why;
   // Server j must receive n*M_j bytes and send them back; it can send nothing until one whole
   // partition has arrived from every worker (n*p_j bytes, p_j its smallest partition). Each
@@ -85,8 +89,9 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
       }
     const LinkSpec link = link_of(sc.server_host_name(s));
     const double b = bandwidth_factor * link.bandwidth_Bps;
-    bound = std::max(bound, n * smallest / b + n * m * (1 + cross_traffic) / b);
-    max_latency = std::max(max_latency, link.latency_s);
+    // The cross traffic of the first n*p_j bytes falls inside the wait, not after it.
+    bound = std::max(bound, n * smallest / b + n * (m * (1 + cross_traffic) - cross_traffic * smallest) / b);
+    min_latency = std::min(min_latency, link.latency_s);
   }
   // Each worker sends and receives the whole model through its own link.
   double model_wire = 0;
@@ -94,16 +99,18 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
   for (int w = 0; w < sc.roles.workers; ++w) {
     const LinkSpec link = link_of(sc.worker_host_name(w));
     bound = std::max(bound, model_wire * (1 + cross_traffic) / (bandwidth_factor * link.bandwidth_Bps));
-    max_latency = std::max(max_latency, link.latency_s);
+    min_latency = std::min(min_latency, link.latency_s);
   }
   // A push and its pull each cross two links: pay that latency at least once per iteration.
-  const double latency = 2 * 2 * latency_factor * max_latency;
+  const double latency = 2 * 2 * latency_factor * min_latency;
   Bound result;
   result.time_s = sc.workload.compute_s + bound + latency;
-  why << "compute + max(max_j n*(p_j + (1+c)*M_j)/(f*B_j), max_w (1+c)*M/(f*B_w)) + 4*lf*L; n=" << sc.roles.workers
+  why << "compute + max(max_j n*(p_j + (1+c)*M_j - c*p_j)/(f*B_j), max_w (1+c)*M/(f*B_w)) + 4*lf*L; n="
+      << sc.roles.workers
       << " workers, M_j = wire bytes hashed to server j, p_j its smallest partition, M = " << model_wire
       << " wire bytes, f = " << bandwidth_factor << " (bandwidth factor), lf = " << latency_factor
-      << " (latency factor), c = " << cross_traffic << " (cross traffic), L = " << max_latency << " s";
+      << " (latency factor), c = " << cross_traffic << " (cross traffic), L = " << min_latency
+      << " s (smallest host latency)";
   result.formula = why.str();
   return result;
 }

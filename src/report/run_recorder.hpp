@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ class RunRecorder final : public RunObserver {
   const Scenario& scenario_;
   const SyntheticWorkload& workload_;
   std::vector<NodeInfo> nodes_;
-  std::map<std::uint32_t, double> slowest_;           // iteration -> slowest worker's duration
+  std::map<std::uint32_t, double> slowest_;            // iteration -> slowest worker's duration
   std::map<std::uint64_t, std::string> final_digest_;  // key -> digest of its final value
 };
 

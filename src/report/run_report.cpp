@@ -12,8 +12,9 @@ namespace pstwin {
 namespace {
 
 std::string shell_quote(const std::string& text) {
-  const bool plain = !text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                             "0123456789_-+./=:,@%") == std::string::npos;
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-+./=:,@%") == std::string::npos;
   if (plain) return text;
   std::string quoted = "'";
   for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -36,9 +37,11 @@ double RunReport::mean_iteration_s() const {
 }
 
 std::string replay_command(const Scenario& scenario, std::uint64_t seed) {
-  std::string command = "pstwin sim " + shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path) +
+  std::string command = "pstwin sim " +
+                        shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path) +
                         " --seed " + std::to_string(seed);
-  for (const auto& [field, value] : scenario.overrides) command += " --set " + shell_quote(field + "=" + value);
+  for (const auto& [field, value] : scenario.overrides)
+    command += " --set " + shell_quote(field + "=" + value);
   return command;
 }
 
@@ -62,8 +65,10 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["invariants"] = inv;
   j["links"] = ordered_json::array();
   for (const auto& l : r.links)
-    j["links"].push_back(
-        {{"name", l.name}, {"bytes", l.bytes}, {"bandwidth_Bps", l.bandwidth_Bps}, {"utilization", l.utilization}});
+    j["links"].push_back({{"name", l.name},
+                          {"bytes", l.bytes},
+                          {"bandwidth_Bps", l.bandwidth_Bps},
+                          {"utilization", l.utilization}});
   j["model_digest"] = r.model_digest;
   if (r.bound)
     j["bound"] = {{"time_s", r.bound->time_s}, {"formula", r.bound->formula}};
@@ -95,15 +100,20 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   for (const auto& it : j.at("iterations")) r.iterations.push_back({it.at("index"), it.at("time_s")});
   r.invariants_checked = j.at("invariants").at("checked");
   r.violation_count = j.at("invariants").at("violation_count");
-  for (const auto& v : j.at("invariants").at("violations")) r.violations.push_back({v.at("invariant"), v.at("detail")});
-  for (const auto& l : j.at("links")) r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
+  for (const auto& v : j.at("invariants").at("violations"))
+    r.violations.push_back({v.at("invariant"), v.at("detail")});
+  for (const auto& l : j.at("links"))
+    r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
   r.model_digest = j.at("model_digest").get<std::string>();
   if (!j.at("bound").is_null()) r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula")};
   for (const auto& n : j.at("nodes")) {
     NodeInfo info;
     info.id = n.at("id");
     const auto role = n.at("role").get<std::string>();
-    info.role = role == "server" ? Role::kServer : role == "worker" ? Role::kWorker : role == "validator" ? Role::kValidator : Role::kScheduler;
+    info.role = role == "server"      ? Role::kServer
+                : role == "worker"    ? Role::kWorker
+                : role == "validator" ? Role::kValidator
+                                      : Role::kScheduler;
     info.rank = n.at("rank");
     info.address = n.at("address");
     info.host = n.at("host");
@@ -129,7 +139,10 @@ std::string trace_json(const RunReport& report) {
     processes.emplace(span.pid, span.process);
     auto [it, inserted] = tids.try_emplace({span.pid, span.thread}, static_cast<int>(tids.size()) + 1);
     if (inserted)
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", span.pid}, {"tid", it->second},
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", span.pid},
+                        {"tid", it->second},
                         {"args", {{"name", span.thread}}}});
     events.push_back({{"name", span.name},
                       {"cat", span.category},
@@ -144,7 +157,9 @@ std::string trace_json(const RunReport& report) {
   ordered_json doc;
   doc["traceEvents"] = std::move(events);
   doc["displayTimeUnit"] = "ms";
-  doc["otherData"] = {{"scenario", report.scenario}, {"backend", report.backend}, {"seed", report.seed},
+  doc["otherData"] = {{"scenario", report.scenario},
+                      {"backend", report.backend},
+                      {"seed", report.seed},
                       {"dropped_spans", report.trace_dropped}};
   return doc.dump() + "\n";
 }
@@ -161,8 +176,8 @@ std::string summary_text(const RunReport& r) {
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(6);
-  out << "scenario " << r.scenario << " (" << r.backend << ", seed " << r.seed << "): "
-      << (r.completed ? "completed" : "DID NOT COMPLETE") << "\n";
+  out << "scenario " << r.scenario << " (" << r.backend << ", seed " << r.seed
+      << "): " << (r.completed ? "completed" : "DID NOT COMPLETE") << "\n";
   if (!r.failure.empty()) out << "  failure: " << r.failure << "\n";
   out << "  iterations: " << r.iterations.size() << ", mean " << r.mean_iteration_s() << " s";
   if (!r.iterations.empty()) {
@@ -174,12 +189,14 @@ std::string summary_text(const RunReport& r) {
   if (r.bound)
     out << "  analytic bound: " << r.bound->time_s << " s per iteration (measured/bound = "
         << (r.bound->time_s > 0 ? r.mean_iteration_s() / r.bound->time_s : 0) << ")\n";
-  out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s << " s\n";
+  out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s
+      << " s\n";
   double busiest = 0;
   std::string busiest_name;
   for (const auto& l : r.links)
     if (l.utilization > busiest) busiest = l.utilization, busiest_name = l.name;
-  if (!busiest_name.empty()) out << "  busiest link: " << busiest_name << " at " << busiest * 100 << " % utilisation\n";
+  if (!busiest_name.empty())
+    out << "  busiest link: " << busiest_name << " at " << busiest * 100 << " % utilisation\n";
   out << "  model digest: " << r.model_digest << "\n";
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
   for (const auto& v : r.violations) out << "    [" << v.invariant << "] " << v.detail << "\n";

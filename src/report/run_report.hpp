@@ -35,7 +35,7 @@ struct Bound {
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
   int pid = 0;
-  std::string thread;   // lane: "main", "copy", "engine.2", "send->server 0", ...
+  std::string thread;  // lane: "main", "copy", "engine.2", "send->server 0", ...
   std::string category;
   std::string name;
   double start_s = 0;
@@ -59,7 +59,7 @@ struct RunReport {
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
   std::uint64_t messages = 0;
   std::uint64_t message_bytes = 0;
-  std::string replay;     // one-line command reproducing this run
+  std::string replay;  // one-line command reproducing this run
   double wall_s = 0;
   std::vector<TraceSpan> trace;
   std::uint64_t trace_dropped = 0;
@@ -70,7 +70,7 @@ struct RunReport {
 
 nlohmann::ordered_json to_json(const RunReport& report);
 RunReport report_from_json(const nlohmann::ordered_json& json);  // without trace
-std::string trace_json(const RunReport& report);                  // Chrome trace format
+std::string trace_json(const RunReport& report);                 // Chrome trace format
 
 // `pstwin sim FILE --seed N --set k=v ...`, reproducing the scenario as loaded (quoted for a shell).
 std::string replay_command(const Scenario& scenario, std::uint64_t seed);

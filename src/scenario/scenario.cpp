@@ -531,27 +531,32 @@ struct TensorSizesCodec {
   }
 };
 
-struct HostListCodec {
+// An array of strings; `item` names what one element is, for messages and docs.
+struct StringListCodec {
   static constexpr bool kWantsString = false;
   static constexpr bool kIsList = true;
-  std::string type() const { return "array of host names"; }
+  std::string_view item = "string";
+  std::string_view example = "[\"a\", \"b\"]";
+  std::string type() const { return "array of " + std::string(item) + "s"; }
   std::vector<std::string> read(const Value& v) const {
     const auto* array = v.node.as_array();
-    if (array == nullptr) v.fail("expected an array of host names, e.g. [\"h1\", \"h2\"]");
-    std::vector<std::string> hosts;
+    if (array == nullptr)
+      v.fail("expected an array of " + std::string(item) + "s, e.g. " + std::string(example));
+    std::vector<std::string> items;
     for (std::size_t i = 0; i < array->size(); ++i) {
       const toml::node& element = *array->get(i);
-      if (!element.is_string()) v.element(i, element).fail("expected a host name string, e.g. \"h1\"");
-      hosts.push_back(element.as_string()->get());
+      if (!element.is_string()) v.element(i, element).fail("expected a " + std::string(item) + " string");
+      items.push_back(element.as_string()->get());
     }
-    return hosts;
+    return items;
   }
-  std::string write(const std::vector<std::string>& hosts) const {
-    std::vector<std::string> items;
-    for (const auto& host : hosts) items.push_back(quote_string(host));
-    return "[" + join(items, ", ") + "]";
+  std::string write(const std::vector<std::string>& items) const {
+    std::vector<std::string> quoted;
+    for (const auto& item_text : items) quoted.push_back(quote_string(item_text));
+    return "[" + join(quoted, ", ") + "]";
   }
 };
+const StringListCodec kHostList{"host name", "[\"h1\", \"h2\"]"};
 
 // [cluster.links.<host>]: bandwidth and latency; a missing one takes the host default.
 struct LinksCodec {
@@ -665,9 +670,9 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("roles.workers", PSTWIN_MEMBER(roles.workers), IntCodec{1}, "Number of workers."));
   f.push_back(make_field("roles.scheduler_host", PSTWIN_MEMBER(roles.scheduler_host), StringCodec{},
                          "Host of the scheduler; empty: h0."));
-  f.push_back(make_field("roles.server_hosts", PSTWIN_MEMBER(roles.server_hosts), HostListCodec{},
+  f.push_back(make_field("roles.server_hosts", PSTWIN_MEMBER(roles.server_hosts), kHostList,
                          "Server r runs on list[r % size]; empty: on h{(1 + r) % hosts}."));
-  f.push_back(make_field("roles.worker_hosts", PSTWIN_MEMBER(roles.worker_hosts), HostListCodec{},
+  f.push_back(make_field("roles.worker_hosts", PSTWIN_MEMBER(roles.worker_hosts), kHostList,
                          "Worker r runs on list[r % size]; empty: on h{(1 + servers + r) % hosts}."));
   // [ps]
   f.push_back(make_field("ps.mode", PSTWIN_MEMBER(ps.mode), EnumCodec<TrainingMode>{kModeNames},
@@ -710,12 +715,14 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("workload.sum_bandwidth", PSTWIN_MEMBER(workload.sum_bandwidth_Bps), bandwidth,
                          "Server float32 summation speed (cost model)."));
   // [staging]
-  f.push_back(make_field("staging.enabled", PSTWIN_MEMBER(staging.enabled), BoolCodec{},
-                         "Copy pushed data into a staging buffer before it is summed."));
-  f.push_back(make_field("staging.naming", PSTWIN_MEMBER(staging.naming),
-                         EnumCodec<StagingNaming>{kNamingNames},
-                         "How staging buffers are named: `per-rank` (key and worker rank) or "
-                         "`legacy-key-only` (key only)."));
+  f.push_back(make_field(
+      "staging.enabled", PSTWIN_MEMBER(staging.enabled), BoolCodec{},
+      "Workers stage each partition in host shared memory (copy-in) before pushing it, as BytePS does."));
+  f.push_back(make_field(
+      "staging.naming", PSTWIN_MEMBER(staging.naming), EnumCodec<StagingNaming>{kNamingNames},
+      "Names of staging buffers: `per-rank` (job, role, rank and key: co-located workers never share "
+      "one) or `legacy-key-only` (BytePS's `BytePS_ShM_<key>`: co-located workers share it; the "
+      "crossed-line race)"));
   f.push_back(make_field("staging.copy_bandwidth", PSTWIN_MEMBER(staging.copy_bandwidth_Bps), bandwidth,
                          "memcpy speed into the staging buffer (cost model)."));
   f.push_back(make_field("staging.job", PSTWIN_MEMBER(staging.job), StringCodec{},
@@ -734,9 +741,10 @@ std::vector<Field> make_registry() {
                          "SimGrid network model."));
   f.push_back(make_field("network.bandwidth_factor", PSTWIN_MEMBER(network.bandwidth_factor), RealCodec{0},
                          "SimGrid bandwidth factor; 0: the model's own (LV08: 0.97)."));
-  f.push_back(make_field("network.latency_factor", PSTWIN_MEMBER(network.latency_factor), RealCodec{0},
-                         "SimGrid latency factor. Default 1: LV08's own 13.01 models a fresh connection and is 2-7x "
-                         "too pessimistic for messages on an open one; 0: the model's own."));
+  f.push_back(
+      make_field("network.latency_factor", PSTWIN_MEMBER(network.latency_factor), RealCodec{0},
+                 "SimGrid latency factor. Default 1: LV08's own 13.01 models a fresh connection and is 2-7x "
+                 "too pessimistic for messages on an open one; 0: the model's own."));
   f.push_back(make_field("network.tcp_gamma", PSTWIN_MEMBER(network.tcp_gamma), RealCodec{0},
                          "SimGrid TCP window bound (bytes); 0: SimGrid's default (4194304)."));
   // [invariants]
@@ -761,6 +769,13 @@ std::vector<Field> make_registry() {
                          "Simulated-time guard: a run still going at this time has stalled and fails."));
   f.push_back(make_field("sim.stack_size_kb", PSTWIN_MEMBER(sim.stack_size_kb), IntCodec{16},
                          "Stack size of each simulated actor, in KiB."));
+  f.push_back(make_field("sim.node_flow_limit", PSTWIN_MEMBER(sim.node_flow_limit), IntCodec{0},
+                         "Bulk messages a node transmits at once (0: one per connection). Large runs use a "
+                         "small limit: the solver's cost grows with flows in flight."));
+  f.push_back(make_field(
+      "sim.simgrid_config", PSTWIN_MEMBER(sim.simgrid_config),
+      StringListCodec{"SimGrid setting", "[\"network/crosstraffic:0\"]"},
+      "Extra SimGrid settings, each \"name:value\" as for --cfg (e.g. \"network/crosstraffic:0\")."));
   // [faults]
   f.push_back(make_field("faults.scheduler_start_delay", PSTWIN_MEMBER(faults.scheduler_start_delay_s),
                          duration, "Start the scheduler this late (exercises ps.connect_timeout)."));

@@ -27,12 +27,12 @@ struct LinkSpec {
 
 struct ClusterConfig {
   Topology topology = Topology::kStar;
-  int hosts = 0;                        // 0: one host per node (scheduler, servers, workers)
-  double host_bandwidth_Bps = 1.25e9;   // "10Gbps": every host's NIC, full duplex
+  int hosts = 0;                       // 0: one host per node (scheduler, servers, workers)
+  double host_bandwidth_Bps = 1.25e9;  // "10Gbps": every host's NIC, full duplex
   double host_latency_s = 5e-6;
-  double host_speed_flops = 1e11;       // per core
+  double host_speed_flops = 1e11;  // per core
   int host_cores = 8;
-  int racks = 2;                        // two-tier only: hosts are spread round-robin over racks
+  int racks = 2;  // two-tier only: hosts are spread round-robin over racks
   double rack_uplink_bandwidth_Bps = 5e9;
   double rack_uplink_latency_s = 2e-6;
   std::map<std::string, LinkSpec> host_links;  // per-host override, [cluster.links.h3]
@@ -53,20 +53,20 @@ struct PsConfig {
   std::uint64_t partition_bytes = 4096000;  // BYTEPS_PARTITION_BYTES
   KeyHash key_hash = KeyHash::kDjb2;        // BYTEPS_KEY_HASH_FN
   int server_engine_threads = 4;            // BYTEPS_SERVER_ENGINE_THREAD
-  int scheduling_credit = 4;                // BYTEPS_SCHEDULING_CREDIT: partitions in flight per worker, 0 = no limit
+  int scheduling_credit = 4;  // BYTEPS_SCHEDULING_CREDIT: partitions in flight per worker, 0 = no limit
   double heartbeat_interval_s = 1.0;
   double heartbeat_timeout_s = 10.0;
-  double connect_timeout_s = 10.0;          // how long a node waits for the scheduler's node table
+  double connect_timeout_s = 10.0;  // how long a node waits for the scheduler's node table
 };
 
 struct WorkloadConfig {
   std::vector<std::uint64_t> tensor_bytes;  // declared tensors in layer order (earlier = higher priority)
   std::uint64_t model_bytes = 0;            // alternative: split equally into `tensors` tensors
   int tensors = 0;
-  double compute_s = 0.01;                  // per iteration, before pushing
+  double compute_s = 0.01;  // per iteration, before pushing
   int iterations = 5;
   PayloadMode payload = PayloadMode::kReal;
-  double sum_bandwidth_Bps = 5e9;           // server float32 summation speed (cost model)
+  double sum_bandwidth_Bps = 5e9;  // server float32 summation speed (cost model)
 };
 
 struct StagingConfig {
@@ -77,26 +77,26 @@ struct StagingConfig {
 };
 
 struct PerturbationConfig {
-  double delivery_jitter_s = 0;   // extra delay per message, uniform in [0, x]
-  double executor_jitter_s = 0;   // extra delay before each executor task, uniform in [0, x]
-  double compute_jitter_s = 0;    // extra compute per iteration per worker, uniform in [0, x]
-  double start_jitter_s = 0;      // node start offset, uniform in [0, x]
+  double delivery_jitter_s = 0;  // extra delay per message, uniform in [0, x]
+  double executor_jitter_s = 0;  // extra delay before each executor task, uniform in [0, x]
+  double compute_jitter_s = 0;   // extra compute per iteration per worker, uniform in [0, x]
+  double start_jitter_s = 0;     // node start offset, uniform in [0, x]
 };
 
 struct NetworkModelConfig {
-  std::string model = "LV08";  // SimGrid network model: LV08 | CM02 | SMPI
+  std::string model = "LV08";   // SimGrid network model: LV08 | CM02 | SMPI
   double bandwidth_factor = 0;  // 0: the model's own (LV08: 0.97)
   // LV08's own factor (13.01) models a fresh TCP connection; on open connections it is 2-7x too
   // pessimistic for 100 KB-1 MB messages (findings.md), so pstwin defaults to 1. 0: the model's own.
   double latency_factor = 1;
-  double tcp_gamma = 0;         // 0: SimGrid's default (4194304)
+  double tcp_gamma = 0;  // 0: SimGrid's default (4194304)
 };
 
 struct InvariantsConfig {
-  bool aggregates = true;       // every aggregate equals the exact sum of its distinct contributions
-  bool updates = true;          // no update applied twice or lost
-  bool sync_identical = true;   // sync mode: all workers hold identical parameters after each iteration
-  double bound_tolerance = 0;   // > 0: violation if mean iteration time exceeds bound * (1 + tolerance)
+  bool aggregates = true;      // every aggregate equals the exact sum of its distinct contributions
+  bool updates = true;         // no update applied twice or lost
+  bool sync_identical = true;  // sync mode: all workers hold identical parameters after each iteration
+  double bound_tolerance = 0;  // > 0: violation if mean iteration time exceeds bound * (1 + tolerance)
 };
 
 struct OutputConfig {
@@ -105,8 +105,12 @@ struct OutputConfig {
 };
 
 struct SimConfig {
-  double max_time_s = 3600;   // simulated-time guard: a run still going then has stalled
+  double max_time_s = 3600;  // simulated-time guard: a run still going then has stalled
   int stack_size_kb = 128;
+  std::vector<std::string> simgrid_config;  // extra "name:value" settings, as SimGrid's --cfg takes them
+  // At most this many bulk messages in transmission per node at once (0: no limit, one per stream).
+  // A node's NIC stays as busy either way; a limit trades per-flow fairness for solver speed.
+  int node_flow_limit = 0;
 };
 
 struct FaultsConfig {
@@ -134,8 +138,8 @@ struct Scenario {
 
   // Derived after validation:
   std::vector<std::uint64_t> declared_tensor_bytes() const;  // tensor_bytes, or model_bytes split
-  int host_count() const;                                      // resolved number of hosts
-  std::string host_name(int index) const;                      // "h<index>"
+  int host_count() const;                                    // resolved number of hosts
+  std::string host_name(int index) const;                    // "h<index>"
   std::string scheduler_host_name() const;
   std::string server_host_name(int rank) const;
   std::string worker_host_name(int rank) const;
