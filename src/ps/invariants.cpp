@@ -53,9 +53,14 @@ void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint
   const auto floats = value.floats();
   std::size_t wrong = 0;
   std::size_t first = 0;
+  bool same_offset = true;  // every element off by one amount: a whole contribution was swapped
+  float offset = 0;
   for (std::size_t j = 0; j < floats.size(); ++j) {
     const float expected =
         whole_run ? workload_.expected_total(key, j) : workload_.expected_round_sum(iteration, key, j);
+    const float diff = floats[j] - expected;
+    if (j == 0) offset = diff;
+    same_offset = same_offset && diff == offset;
     if (floats[j] != expected && wrong++ == 0) first = j;
   }
   if (wrong == 0) return;
@@ -64,8 +69,12 @@ void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint
   std::ostringstream out;
   out << where(server, key, iteration) << ": " << what << " differs from the sum of the "
       << workload_.workers() << " workers' contributions in " << wrong << " of " << floats.size()
-      << " elements (element " << first << " = " << floats[first] << ", expected " << expected
-      << "; a contribution was counted twice, lost or crossed)";
+      << " elements (element " << first << " = " << floats[first] << ", expected " << expected << ")";
+  if (same_offset)
+    out << "; every element is off by " << offset
+        << ": one worker's push carried another worker's values (crossed line: see staging.naming)";
+  else
+    out << "; a contribution was counted twice, lost or corrupted";
   add({"aggregates", out.str()});
 }
 

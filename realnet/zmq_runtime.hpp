@@ -1,0 +1,194 @@
+// The real-network backend: one ZmqNodeRuntime per protocol node, talking ZeroMQ over TCP.
+// Threads per node: an event loop (protocol state: start, deliveries, timers, executor `done`s),
+// one I/O thread that owns every ZeroMQ socket of the node (sockets are not thread-safe), and one
+// thread per executor lane. Nodes of one process share a LocalHost: staging, run outcome, trace.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "core/runtime.hpp"
+#include "report/run_report.hpp"
+
+namespace pstwin::realnet {
+
+// Host-local staging shared by every node of this process (they are "on one host"): the same name
+// is the same buffer, a new one if the size differs (as sim's HostStaging). Cross-process staging
+// (POSIX shm_open + mmap under /dev/shm) is a later step.
+class SharedStaging final : public StagingArea {
+ public:
+  std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) override;
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<ByteBuffer>, std::less<>> regions_;
+};
+
+// What the nodes of one process share: the clock epoch, staging, the run's outcome (stops and the
+// first failure), trace spans, message counts and a log sink. Every member is thread-safe.
+class LocalHost {
+ public:
+  struct Options {
+    bool trace = false;
+    std::uint64_t trace_max_events = 0;
+    // Receives every log line (already prefixed); null: stderr.
+    std::function<void(std::string_view)> log_sink;
+  };
+  explicit LocalHost(Options options);
+
+  Seconds now() const;
+  SharedStaging& staging() { return staging_; }
+
+  void node_stopped();
+  void fail(const std::string& who, const std::string& text);
+  // Waits until `nodes` nodes stopped, a node failed, or `deadline` passed; true if all stopped.
+  bool wait_all_stopped(int nodes, std::chrono::steady_clock::time_point deadline);
+  bool failed() const;
+  std::string failure() const;
+  Seconds last_stop() const;
+
+  void record_span(TraceSpan span);
+  void count_message(std::uint64_t wire_bytes);
+  void log_line(const std::string& line);
+  void fill(RunReport& report) const;  // messages, trace
+
+ private:
+  const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  Options options_;
+  SharedStaging staging_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  int stopped_ = 0;
+  Seconds last_stop_ = 0;
+  std::string failure_;
+  std::vector<TraceSpan> trace_;
+  std::uint64_t trace_dropped_ = 0;
+  std::uint64_t messages_ = 0;
+  std::uint64_t message_bytes_ = 0;
+};
+
+class ZmqNodeRuntime;
+
+// One OS thread and one task FIFO per lane. A task sleeps its modelled cost, runs `work` on the
+// lane, then posts `done` to the node's event loop.
+class ThreadExecutor final : public Executor {
+ public:
+  ThreadExecutor(ZmqNodeRuntime& node, std::string name, int lanes);
+  ~ThreadExecutor() override;
+  int lanes() const override { return static_cast<int>(lanes_.size()); }
+  void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+              std::function<void()> done) override;
+
+ private:
+  struct Task {
+    std::string label;
+    ComputeCost cost;
+    std::function<void()> work;
+    std::function<void()> done;
+  };
+  struct Lane {
+    std::string name;
+    std::mutex mutex;
+    std::condition_variable_any ready;
+    std::deque<Task> tasks;
+    std::jthread thread;  // last: joined before the queue it reads is destroyed
+  };
+  void run_lane(Lane& lane, std::stop_token stop);
+
+  ZmqNodeRuntime& node_;
+  std::string name_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+class ZmqNodeRuntime final : public Runtime {
+ public:
+  struct Options {
+    std::string label;  // "worker 0": logs and trace
+    int pid = 0;        // trace process id
+    std::uint64_t seed = 0;
+  };
+  // Binds the node's ROUTER socket on an ephemeral 127.0.0.1 port before returning.
+  ZmqNodeRuntime(LocalHost& host, Options options);
+  ~ZmqNodeRuntime() override;
+  ZmqNodeRuntime(const ZmqNodeRuntime&) = delete;
+  ZmqNodeRuntime& operator=(const ZmqNodeRuntime&) = delete;
+
+  void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
+  void start();  // starts the event loop, which runs Node::start() first
+  // Ends the event loop and joins it (idempotent); afterwards protocol state may be read here.
+  void halt();
+  bool stopped() const { return stopped_flag_.load(); }
+  std::string describe() const;  // call only after halt()
+  const std::string& label() const { return options_.label; }
+  std::uint64_t rejected_frames() const { return rejected_.load(); }
+  void post(std::function<void()> event);  // run on the event loop; any thread
+  void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                  Seconds end);
+
+  // Runtime
+  NodeId self() const override { return self_; }
+  void set_self(NodeId id) override { self_ = id; }
+  std::string local_address() const override { return address_; }
+  std::string host_name() const override { return host_name_; }
+  void connect(NodeId id, std::string_view address) override;
+  void send(Message message) override;
+  Seconds now() const override { return host_.now(); }
+  TimerId start_timer(Seconds delay, std::function<void()> fire) override;
+  void cancel_timer(TimerId id) override;
+  RandomStream& random(std::string_view purpose) override;
+  void compute(std::string_view label, ComputeCost cost, std::function<void()> done) override;
+  Executor& executor(std::string_view name, int lanes) override;
+  StagingArea& staging() override { return host_.staging(); }
+  void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
+  void log(std::string_view text) override;
+  void stop() override;
+  void fail(std::string text) override;
+
+ private:
+  class Io;  // the I/O thread's sockets (zmq types stay out of this header)
+  void run_loop();
+  void mark_stopped();
+
+  LocalHost& host_;
+  Options options_;
+  std::string host_name_;
+  std::string address_;
+  NodeId self_ = kNoNode;
+  std::unique_ptr<Node> protocol_;
+
+  // Event loop state, guarded by mutex_: posted events run FIFO, then due timers in (deadline, id)
+  // order (an ordered map is the min-heap that also supports cancellation).
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool halt_ = false;
+  std::deque<std::function<void()>> events_;
+  std::map<std::pair<Seconds, TimerId>, std::function<void()>> timers_;
+  std::map<TimerId, Seconds> timer_deadlines_;
+  TimerId next_timer_ = 1;
+  std::atomic<bool> stopped_flag_ = false;
+
+  // Touched only on the event loop thread (the protocol's calls).
+  std::uint64_t next_sequence_ = 1;
+  std::map<NodeId, std::string> peers_;
+  std::map<std::string, RandomStream, std::less<>> randoms_;
+
+  std::mutex executors_mutex_;
+  std::map<std::string, std::unique_ptr<ThreadExecutor>, std::less<>> executors_;
+
+  std::atomic<std::uint64_t> rejected_ = 0;
+  std::unique_ptr<Io> io_;
+  std::jthread loop_;
+};
+
+}  // namespace pstwin::realnet
