@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -12,8 +13,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
 #include "core/codec.hpp"
-#include "realnet/zmq_include.hpp"
 
 namespace pstwin::realnet {
 
@@ -59,7 +62,8 @@ class EventFd {
 using SendKey = std::tuple<bool, std::int64_t, std::uint64_t>;
 
 SendKey send_key(const Message& message) {
-  return {!message.payload.empty(), -static_cast<std::int64_t>(message.header.priority), message.header.sequence};
+  return {!message.payload.empty(), -static_cast<std::int64_t>(message.header.priority),
+          message.header.sequence};
 }
 
 }  // namespace
@@ -190,9 +194,9 @@ void ThreadExecutor::run_lane(Lane& lane, std::stop_token stop) {
     // modelled in v0: real compute would run inside `work`.
     if (task.cost.seconds > 0) {
       std::unique_lock lock(lane.mutex);
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::duration<double>(task.cost.seconds));
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::duration<double>(task.cost.seconds));
       lane.ready.wait_until(lock, stop, until, [] { return false; });
       if (stop.stop_requested()) return;
     }
@@ -212,7 +216,7 @@ class ZmqNodeRuntime::Io {
     std::promise<std::string> bound;
     auto address = bound.get_future();
     thread_ = std::jthread([this, &bound] { run(bound); });
-    address_ = address.get();  // rethrows a bind failure
+    static_cast<void>(address.get());  // waits for the bind; rethrows its failure
   }
   ~Io() {
     {
@@ -248,6 +252,7 @@ class ZmqNodeRuntime::Io {
   void run(std::promise<std::string>& bound) {
     std::map<std::string, zmq::socket_t> dealers;  // one per peer address
     std::map<NodeId, zmq::socket_t*> routes;
+    bool delivered = false;  // `bound` lives only until the constructor has the address
     try {
       zmq::socket_t router(context_, zmq::socket_type::router);
       router.set(zmq::sockopt::linger, 0);
@@ -257,13 +262,20 @@ class ZmqNodeRuntime::Io {
       std::string endpoint = router.get(zmq::sockopt::last_endpoint);
       constexpr std::string_view kScheme = "tcp://";
       if (endpoint.starts_with(kScheme)) endpoint.erase(0, kScheme.size());
+      address_ = endpoint;  // before set_value, which publishes it to the constructor
       bound.set_value(endpoint);
+      delivered = true;
 
       std::array<zmq::pollitem_t, 2> items{};
       while (true) {
         items[0] = {router.handle(), 0, ZMQ_POLLIN, 0};
         items[1] = {nullptr, wake_.fd(), ZMQ_POLLIN, 0};
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds{-1});
+        try {
+          zmq::poll(items.data(), items.size(), std::chrono::milliseconds{-1});
+        } catch (const zmq::error_t& e) {
+          if (e.num() != EINTR) throw;
+          continue;  // a signal interrupted the wait
+        }
         if ((items[1].revents & ZMQ_POLLIN) != 0) wake_.drain();
 
         bool exit = false;
@@ -292,8 +304,8 @@ class ZmqNodeRuntime::Io {
         for (auto& [to, queue] : outgoing) {
           auto route = routes.find(to);
           if (route == routes.end()) {
-            owner_.log("dropped " + std::to_string(queue.size()) + " message(s) to node " + std::to_string(to) +
-                       ": no socket for it");
+            owner_.log("dropped " + std::to_string(queue.size()) + " message(s) to node " +
+                       std::to_string(to) + ": no socket for it");
             continue;
           }
           for (auto& [key, message] : queue) transmit(*route->second, std::move(message));
@@ -301,14 +313,10 @@ class ZmqNodeRuntime::Io {
         if ((items[0].revents & ZMQ_POLLIN) != 0) receive_all(router);
       }
     } catch (const std::exception& e) {
-      if (address_.empty()) {
-        try {
-          bound.set_exception(std::current_exception());
-        } catch (const std::future_error&) {
-          // the address was already delivered: report the failure below
-        }
-      }
-      owner_.fail(std::string("I/O thread: ") + e.what());
+      if (!delivered)
+        bound.set_exception(std::current_exception());  // the constructor rethrows it
+      else
+        owner_.fail(std::string("I/O thread: ") + e.what());
     }
   }
 
@@ -317,7 +325,8 @@ class ZmqNodeRuntime::Io {
     message.payload = message.payload.frozen();
     const HeaderBytes header = encode_header(message.header, message.payload, /*compute_crc=*/true);
     const bool body = !message.payload.is_phantom() && !message.payload.empty();
-    socket.send(zmq::message_t(header.data(), header.size()), body ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    socket.send(zmq::message_t(header.data(), header.size()),
+                body ? zmq::send_flags::sndmore : zmq::send_flags::none);
     if (body) {
       const auto bytes = message.payload.bytes();
       socket.send(zmq::message_t(bytes.data(), bytes.size()), zmq::send_flags::none);
@@ -349,27 +358,30 @@ class ZmqNodeRuntime::Io {
     }
     const auto& head = parts[1];
     if (head.size() != kHeaderBytes) {
-      reject("header", "frame has " + std::to_string(head.size()) + " bytes, expected " +
-                           std::to_string(kHeaderBytes));
+      reject("header",
+             "frame has " + std::to_string(head.size()) + " bytes, expected " + std::to_string(kHeaderBytes));
       return;
     }
     Message message;
     bool phantom = false;
-    if (auto error = decode_header(std::span(head.data<std::byte>(), head.size()), message.header, phantom, limits_)) {
+    if (auto error =
+            decode_header(std::span(head.data<std::byte>(), head.size()), message.header, phantom, limits_)) {
       reject(error->field, error->detail);
       return;
     }
     const std::uint64_t carried = parts.size() == 3 ? parts[2].size() : 0;
     if (phantom) {
-      if (carried != 0) return reject("payload_length", "phantom frame carries " + std::to_string(carried) + " bytes");
+      if (carried != 0)
+        return reject("payload_length", "phantom frame carries " + std::to_string(carried) + " bytes");
       if (message.header.payload_crc != 0) return reject("payload_crc", "phantom frame must have CRC 0");
       message.payload = Payload::phantom(message.header.payload_length);
     } else {
       if (carried != message.header.payload_length)
         return reject("payload_length", "header says " + std::to_string(message.header.payload_length) +
                                             " bytes, payload frame has " + std::to_string(carried));
-      const std::span<const std::byte> body =
-          carried == 0 ? std::span<const std::byte>() : std::span(parts[2].data<std::byte>(), parts[2].size());
+      const std::span<const std::byte> body = carried == 0
+                                                  ? std::span<const std::byte>()
+                                                  : std::span(parts[2].data<std::byte>(), parts[2].size());
       if (const auto crc = payload_crc32(body); crc != message.header.payload_crc)
         return reject("payload_crc", "header says " + std::to_string(message.header.payload_crc) +
                                          ", payload gives " + std::to_string(crc));
@@ -394,7 +406,10 @@ class ZmqNodeRuntime::Io {
 // ---------------------------------------------------------------- ZmqNodeRuntime
 
 ZmqNodeRuntime::ZmqNodeRuntime(LocalHost& host, Options options)
-    : host_(host), options_(std::move(options)), host_name_(this_host_name()), io_(std::make_unique<Io>(*this)) {
+    : host_(host),
+      options_(std::move(options)),
+      host_name_(this_host_name()),
+      io_(std::make_unique<Io>(*this)) {
   address_ = io_->address();
 }
 
@@ -450,7 +465,8 @@ void ZmqNodeRuntime::run_loop() {
         lock.lock();
         continue;
       }
-      wake_.wait_for(lock, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(left)));
+      wake_.wait_for(
+          lock, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(left)));
     }
   } catch (const std::exception& e) {
     fail(std::string("uncaught exception: ") + e.what());
@@ -508,7 +524,8 @@ void ZmqNodeRuntime::cancel_timer(TimerId id) {
 RandomStream& ZmqNodeRuntime::random(std::string_view purpose) {
   auto it = randoms_.find(purpose);
   if (it == randoms_.end())
-    it = randoms_.emplace(std::string(purpose), RandomStream(options_.seed, purpose, fnv1a64(address_))).first;
+    it =
+        randoms_.emplace(std::string(purpose), RandomStream(options_.seed, purpose, fnv1a64(address_))).first;
   return it->second;
 }
 
@@ -520,19 +537,21 @@ Executor& ZmqNodeRuntime::executor(std::string_view name, int lanes) {
   std::lock_guard lock(executors_mutex_);
   auto it = executors_.find(name);
   if (it == executors_.end())
-    it = executors_.emplace(std::string(name), std::make_unique<ThreadExecutor>(*this, std::string(name), lanes))
+    it = executors_
+             .emplace(std::string(name), std::make_unique<ThreadExecutor>(*this, std::string(name), lanes))
              .first;
   return *it->second;
 }
 
-void ZmqNodeRuntime::trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) {
+void ZmqNodeRuntime::trace_span(std::string_view category, std::string_view name, Seconds start,
+                                Seconds end) {
   trace_lane("main", category, name, start, end);
 }
 
 void ZmqNodeRuntime::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
                                 Seconds start, Seconds end) {
-  host_.record_span({options_.label, options_.pid, std::string(lane), std::string(category), std::string(name),
-                     start, end});
+  host_.record_span({options_.label, options_.pid, std::string(lane), std::string(category),
+                     std::string(name), start, end});
 }
 
 void ZmqNodeRuntime::log(std::string_view text) {
@@ -564,6 +583,17 @@ std::string ZmqNodeRuntime::describe() const {
          (stopped_flag_.load() ? std::string("stopped")
           : protocol_          ? protocol_->describe_state()
                                : "not started");
+}
+
+void send_raw(std::string_view address, const std::vector<std::string>& frames, int linger_ms) {
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, linger_ms);
+  dealer.connect("tcp://" + std::string(address));
+  for (std::size_t i = 0; i < frames.size(); ++i)
+    dealer.send(zmq::buffer(frames[i]),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  // Closing the socket, then the context, waits up to the linger time for the frames to leave.
 }
 
 }  // namespace pstwin::realnet

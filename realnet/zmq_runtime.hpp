@@ -158,6 +158,7 @@ class ZmqNodeRuntime final : public Runtime {
  private:
   class Io;  // the I/O thread's sockets (zmq types stay out of this header)
   void run_loop();
+  void deliver(Message message);  // from the I/O thread: runs on_message on the event loop
   void mark_stopped();
 
   LocalHost& host_;
@@ -190,5 +191,13 @@ class ZmqNodeRuntime final : public Runtime {
   std::unique_ptr<Io> io_;
   std::jthread loop_;
 };
+
+}  // namespace pstwin::realnet
+
+namespace pstwin::realnet {
+
+// Sends one multipart message of raw frames to the ROUTER at `address` ("127.0.0.1:PORT") from a
+// fresh DEALER, waiting up to `linger_ms` for it to leave. For tests and fuzzing tools.
+void send_raw(std::string_view address, const std::vector<std::string>& frames, int linger_ms = 2000);
 
 }  // namespace pstwin::realnet

@@ -72,7 +72,8 @@ Scenario small_scenario(std::string_view mode = "sync", int servers = 2, int wor
 
 // A whole job on the harness: scheduler, servers, workers, and the invariant checker.
 struct Job {
-  explicit Job(const Scenario& s) : scenario(s), workload(s), checker(s, workload), fan({&checker, &log}) {
+  explicit Job(const Scenario& s)
+      : scenario(s), workload(scenario), checker(scenario, workload), fan({&checker, &log}) {
     auto& sched_rt = harness.add("scheduler@h0");
     scheduler = std::make_unique<Scheduler>(sched_rt, scenario, fan);
     sched_rt.node = scheduler.get();

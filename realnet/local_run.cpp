@@ -1,0 +1,92 @@
+#include "realnet/local_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <sstream>
+
+#include "ps/invariants.hpp"
+#include "ps/scheduler.hpp"
+#include "ps/server.hpp"
+#include "ps/worker.hpp"
+#include "realnet/locked_observer.hpp"
+#include "realnet/zmq_runtime.hpp"
+#include "report/run_recorder.hpp"
+
+namespace pstwin::realnet {
+
+// Mirrors sim::run_simulation: same nodes, same observers, same report, on sockets and threads.
+// Not modelled yet: scheduler start delay, start/executor/delivery jitter (perturbation.*).
+RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  SyntheticWorkload workload(sc);
+  InvariantChecker checker(sc, workload);
+  RunRecorder recorder(sc, workload);
+  ObserverFanout fanout({&checker, &recorder});
+  LockedObserver observer(fanout);
+  LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log});
+
+  std::vector<std::unique_ptr<ZmqNodeRuntime>> nodes;
+  auto add = [&](std::string label) -> ZmqNodeRuntime& {
+    const int pid = static_cast<int>(nodes.size());
+    nodes.push_back(
+        std::make_unique<ZmqNodeRuntime>(host, ZmqNodeRuntime::Options{std::move(label), pid, sc.seed}));
+    return *nodes.back();
+  };
+  auto& scheduler = add("scheduler");
+  scheduler.attach(std::make_unique<Scheduler>(scheduler, sc, observer));
+  const std::string scheduler_address = scheduler.local_address();
+  for (int r = 0; r < sc.roles.servers; ++r) {
+    auto& node = add("server " + std::to_string(r));
+    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+  }
+  for (int r = 0; r < sc.roles.workers; ++r) {
+    auto& node = add("worker " + std::to_string(r));
+    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+  }
+  for (auto& node : nodes) node->start();
+  if (options.on_started) {
+    std::vector<std::pair<std::string, std::string>> addresses;
+    for (const auto& node : nodes) addresses.emplace_back(node->label(), node->local_address());
+    options.on_started(addresses);
+  }
+
+  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : std::min(sc.sim.max_time_s, 120.0);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_s));
+  const bool all_stopped = host.wait_all_stopped(static_cast<int>(nodes.size()), deadline);
+  const Seconds end = host.now();
+  // Halt every loop before reading protocol state from this thread.
+  for (auto& node : nodes) node->halt();
+
+  RunReport report;
+  report.scenario = sc.name;
+  report.backend = "real";
+  report.seed = sc.seed;
+  std::ostringstream stuck;
+  for (const auto& node : nodes)
+    if (!node->stopped()) stuck << "\n    " << node->describe();
+  report.completed = all_stopped && !host.failed();
+  if (host.failed())
+    report.failure = host.failure();
+  else if (!all_stopped)
+    report.failure =
+        "wall-clock timeout of " + std::to_string(timeout_s) + " s before every node stopped:" + stuck.str();
+  const Seconds run_time = host.failed() || host.last_stop() > 0 ? host.last_stop() : end;
+  nodes.clear();  // joins every thread: nothing reports to the observers any more
+
+  checker.finish(report.completed);
+  if (!report.completed) checker.add({"run", report.failure});
+  recorder.fill(report);
+  host.fill(report);
+  report.run_time_s = run_time;
+  report.invariants_checked = checker.checked();
+  report.violation_count = checker.violation_count();
+  report.violations = checker.violations();
+  report.replay = replay_command(sc, sc.seed);
+  report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return report;
+}
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,27 @@
+// Runs a whole scenario (scheduler, servers, workers) as ZmqNodeRuntime nodes inside this process,
+// over real TCP sockets on 127.0.0.1. The scenario's hosts are ignored: every node is local.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "report/run_report.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin::realnet {
+
+struct LocalRunOptions {
+  // Receives every log line of every node (from several threads, one at a time); null: stderr.
+  std::function<void(std::string_view)> log;
+  // Called once every node is bound and started, with (label, address) per node.
+  std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_started;
+  // Wall-clock limit; 0: sim.max_time_s capped at 120 s.
+  double timeout_s = 0;
+};
+
+RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,53 @@
+// Observers (InvariantChecker, RunRecorder) are single-threaded; real nodes report from several
+// event-loop threads at once, so every report goes through one mutex.
+#pragma once
+
+#include <mutex>
+
+#include "ps/observer.hpp"
+
+namespace pstwin::realnet {
+
+class LockedObserver final : public RunObserver {
+ public:
+  explicit LockedObserver(RunObserver& target) : target_(target) {}
+  void node_table(const std::vector<NodeInfo>& table, Seconds at) override {
+    std::lock_guard lock(mutex_);
+    target_.node_table(table, at);
+  }
+  void barrier_released(int group, Seconds at) override {
+    std::lock_guard lock(mutex_);
+    target_.barrier_released(group, at);
+  }
+  void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    std::lock_guard lock(mutex_);
+    target_.push_applied(server, worker, key, iteration);
+  }
+  void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    std::lock_guard lock(mutex_);
+    target_.duplicate_push(server, worker, key, iteration);
+  }
+  void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration,
+                          const Payload& agg) override {
+    std::lock_guard lock(mutex_);
+    target_.aggregate_complete(server, key, iteration, agg);
+  }
+  void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override {
+    std::lock_guard lock(mutex_);
+    target_.pull_received(worker, key, iteration, value);
+  }
+  void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override {
+    std::lock_guard lock(mutex_);
+    target_.iteration_done(worker, iteration, start, end);
+  }
+  void final_store(NodeId server, std::uint64_t key, const Payload& store) override {
+    std::lock_guard lock(mutex_);
+    target_.final_store(server, key, store);
+  }
+
+ private:
+  std::mutex mutex_;
+  RunObserver& target_;
+};
+
+}  // namespace pstwin::realnet
