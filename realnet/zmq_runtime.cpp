@@ -17,6 +17,7 @@
 #include <zmq_addon.hpp>
 
 #include "core/codec.hpp"
+#include "core/send_order.hpp"
 
 namespace pstwin::realnet {
 
@@ -56,15 +57,6 @@ class EventFd {
  private:
   int fd_;
 };
-
-// Send order on one connection, as the simulator's Stream: header-only messages first, then by
-// priority, then in send order.
-using SendKey = std::tuple<bool, std::int64_t, std::uint64_t>;
-
-SendKey send_key(const Message& message) {
-  return {!message.payload.empty(), -static_cast<std::int64_t>(message.header.priority),
-          message.header.sequence};
-}
 
 }  // namespace
 
@@ -242,7 +234,7 @@ class ZmqNodeRuntime::Io {
   void send(Message message) {
     {
       std::lock_guard lock(mutex_);
-      auto key = send_key(message);
+      auto key = send_order_key(message);
       outgoing_[message.header.recipient].emplace(key, std::move(message));
     }
     wake_.signal();
@@ -280,7 +272,7 @@ class ZmqNodeRuntime::Io {
 
         bool exit = false;
         std::vector<std::pair<NodeId, std::string>> connects;
-        std::map<NodeId, std::map<SendKey, Message>> outgoing;
+        std::map<NodeId, std::map<SendOrderKey, Message>> outgoing;
         {
           std::lock_guard lock(mutex_);
           exit = exit_;
@@ -398,7 +390,7 @@ class ZmqNodeRuntime::Io {
   std::mutex mutex_;
   bool exit_ = false;
   std::vector<std::pair<NodeId, std::string>> connects_;
-  std::map<NodeId, std::map<SendKey, Message>> outgoing_;
+  std::map<NodeId, std::map<SendOrderKey, Message>> outgoing_;
   std::string address_;
   std::jthread thread_;  // last: joined (explicitly) before the members it uses go
 };
@@ -453,18 +445,13 @@ void ZmqNodeRuntime::run_loop() {
         wake_.wait(lock);
         continue;
       }
-      const auto first = timers_.begin();
-      const Seconds deadline = first->first.first;
-      const Seconds left = deadline - now();
-      if (left <= 0) {
-        auto fire = std::move(first->second);
-        timer_deadlines_.erase(first->first.second);
-        timers_.erase(first);
+      if (auto fire = timers_.pop_due(now())) {
         lock.unlock();
-        fire();
+        (*fire)();
         lock.lock();
         continue;
       }
+      const Seconds left = timers_.next_deadline() - now();
       wake_.wait_for(
           lock, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(left)));
     }
@@ -505,20 +492,14 @@ void ZmqNodeRuntime::send(Message message) {
 
 TimerId ZmqNodeRuntime::start_timer(Seconds delay, std::function<void()> fire) {
   std::lock_guard lock(mutex_);
-  const TimerId id = next_timer_++;
-  const Seconds deadline = now() + delay;
-  timers_.emplace(std::make_pair(deadline, id), std::move(fire));
-  timer_deadlines_[id] = deadline;
+  const TimerId id = timers_.add(now() + delay, std::move(fire));
   wake_.notify_one();
   return id;
 }
 
 void ZmqNodeRuntime::cancel_timer(TimerId id) {
   std::lock_guard lock(mutex_);
-  auto it = timer_deadlines_.find(id);
-  if (it == timer_deadlines_.end()) return;
-  timers_.erase({it->second, id});
-  timer_deadlines_.erase(it);
+  timers_.cancel(id);
 }
 
 RandomStream& ZmqNodeRuntime::random(std::string_view purpose) {

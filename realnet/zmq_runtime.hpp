@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/runtime.hpp"
+#include "core/timer_queue.hpp"
 #include "report/run_report.hpp"
 
 namespace pstwin::realnet {
@@ -174,9 +175,7 @@ class ZmqNodeRuntime final : public Runtime {
   std::condition_variable wake_;
   bool halt_ = false;
   std::deque<std::function<void()>> events_;
-  std::map<std::pair<Seconds, TimerId>, std::function<void()>> timers_;
-  std::map<TimerId, Seconds> timer_deadlines_;
-  TimerId next_timer_ = 1;
+  TimerQueue timers_;
   std::atomic<bool> stopped_flag_ = false;
 
   // Touched only on the event loop thread (the protocol's calls).

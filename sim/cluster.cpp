@@ -22,9 +22,7 @@ Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
 }
 
 void Stream::enqueue(Message message) {
-  const std::tuple<bool, std::int64_t, std::uint64_t> order{
-      !message.payload.empty(), -static_cast<std::int64_t>(message.header.priority), message.header.sequence};
-  queue_.emplace(order, std::move(message));
+  queue_.emplace(send_order_key(message), std::move(message));
   ready_->notify_one();
 }
 
@@ -168,15 +166,11 @@ void SimNode::run() {
       wake_->wait(lock);
       continue;
     }
-    const auto first = timers_.begin();
-    if (first->first.first <= now()) {
-      auto fire = std::move(first->second);
-      timer_deadlines_.erase(first->first.second);
-      timers_.erase(first);
-      fire();
+    if (auto fire = timers_.pop_due(now())) {
+      (*fire)();
       continue;
     }
-    wake_->wait_until(lock, first->first.first);
+    wake_->wait_until(lock, timers_.next_deadline());
   }
 }
 
@@ -219,19 +213,13 @@ Seconds SimNode::now() const {
 }
 
 TimerId SimNode::start_timer(Seconds delay, std::function<void()> fire) {
-  const TimerId id = next_timer_++;
-  const Seconds deadline = now() + delay;
-  timers_.emplace(std::make_pair(deadline, id), std::move(fire));
-  timer_deadlines_[id] = deadline;
+  const TimerId id = timers_.add(now() + delay, std::move(fire));
   wake_->notify_one();
   return id;
 }
 
 void SimNode::cancel_timer(TimerId id) {
-  auto it = timer_deadlines_.find(id);
-  if (it == timer_deadlines_.end()) return;
-  timers_.erase({it->second, id});
-  timer_deadlines_.erase(it);
+  timers_.cancel(id);
 }
 
 RandomStream& SimNode::random(std::string_view purpose) {

@@ -16,6 +16,8 @@
 #include <simgrid/s4u.hpp>
 
 #include "core/runtime.hpp"
+#include "core/send_order.hpp"
+#include "core/timer_queue.hpp"
 #include "report/run_report.hpp"
 #include "sim/platform.hpp"
 
@@ -39,7 +41,7 @@ class Stream {
   SimNode& to_;
   std::string lane_name_;
   double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
-  std::map<std::tuple<bool, std::int64_t, std::uint64_t>, Message> queue_;  // (bulk, -priority, sequence)
+  std::map<SendOrderKey, Message> queue_;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr ready_;
 };
@@ -129,9 +131,7 @@ class SimNode final : public Runtime {
   std::unique_ptr<Node> protocol_;
   bool stopped_ = false;
   std::deque<std::function<void()>> events_;
-  std::map<std::pair<Seconds, TimerId>, std::function<void()>> timers_;
-  std::map<TimerId, Seconds> timer_deadlines_;
-  TimerId next_timer_ = 1;
+  TimerQueue timers_;
   std::uint64_t next_sequence_ = 1;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
