@@ -148,6 +148,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
 void SimNode::spawn(Seconds start_delay) {
   s4u::Actor::create(label_, host_, [this, start_delay] {
     if (start_delay > 0) s4u::this_actor::sleep_for(start_delay);
+    started_ = true;
     run();
   });
 }
@@ -275,10 +276,9 @@ void SimNode::fail(std::string text) {
 }
 
 std::string SimNode::describe() const {
-  return label_ + ": " +
-         (stopped_    ? std::string("stopped")
-          : protocol_ ? protocol_->describe_state()
-                      : "not started");
+  if (stopped_) return label_ + ": stopped";
+  if (!started_) return label_ + ": not started yet";
+  return label_ + ": " + protocol_->describe_state();
 }
 
 // ---------------------------------------------------------------- Cluster
@@ -324,7 +324,9 @@ void Cluster::record_span(TraceSpan span) {
 }
 
 void Cluster::fail(const std::string& who, const std::string& text) {
-  if (failure_.empty()) failure_ = who + ": " + text;
+  if (!failure_.empty()) return;
+  failure_ = who + ": " + text;
+  last_stop_ = simgrid::s4u::Engine::get_clock();
 }
 
 void Cluster::fill(RunReport& report, Seconds run_time) const {

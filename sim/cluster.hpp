@@ -130,6 +130,7 @@ class SimNode final : public Runtime {
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
   bool stopped_ = false;
+  bool started_ = false;
   std::deque<std::function<void()>> events_;
   TimerQueue timers_;
   std::uint64_t next_sequence_ = 1;

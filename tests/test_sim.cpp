@@ -153,6 +153,24 @@ TEST(Sim, UnreachableSchedulerFailsWithinTheConnectTimeout) {
   EXPECT_NE(r["failure"].get<std::string>().find("ps.connect_timeout"), std::string::npos);
 }
 
+TEST(Sim, StalledRunFailsAndSaysWhatEachNodeWaitsFor) {
+  // Nodes wait longer for the scheduler than it takes to start: nothing moves, the watchdog ends it.
+  const auto dir = fresh_dir("stall");
+  const auto run = run_pstwin(
+      "sim scenarios/quickstart.toml -q --set faults.scheduler_start_delay=2000s "
+      "--set ps.connect_timeout=1000s --out " +
+      dir.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("no protocol progress for 30 simulated seconds"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("scheduler: not started yet"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("worker 3: registering with the scheduler at scheduler@h0"), std::string::npos);
+  const auto r = read_json(dir / "results.json");
+  EXPECT_FALSE(r["completed"].get<bool>());
+  EXPECT_GE(r["run_time_s"].get<double>(), 30.0);
+  EXPECT_LE(r["run_time_s"].get<double>(), 40.0);
+}
+
 TEST(Sim, TwoTierTopologyCarriesCrossRackTraffic) {
   const auto dir = fresh_dir("two-tier");
   const auto run = run_pstwin(

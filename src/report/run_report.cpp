@@ -186,9 +186,9 @@ std::string summary_text(const RunReport& r) {
     out << ", slowest " << slowest << " s";
   }
   out << "\n";
-  if (r.bound)
-    out << "  analytic bound: " << r.bound->time_s << " s per iteration (measured/bound = "
-        << (r.bound->time_s > 0 ? r.mean_iteration_s() / r.bound->time_s : 0) << ")\n";
+  if (r.bound && !r.iterations.empty())
+    out << "  analytic bound: " << r.bound->time_s
+        << " s per iteration (measured/bound = " << r.mean_iteration_s() / r.bound->time_s << ")\n";
   out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s
       << " s\n";
   double busiest = 0;
