@@ -24,13 +24,13 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   RunRecorder recorder(sc, workload);
   ObserverFanout fanout({&checker, &recorder});
   LockedObserver observer(fanout);
-  LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log});
+  LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
   std::vector<std::unique_ptr<ZmqNodeRuntime>> nodes;
   auto add = [&](std::string label) -> ZmqNodeRuntime& {
     const int pid = static_cast<int>(nodes.size());
-    nodes.push_back(
-        std::make_unique<ZmqNodeRuntime>(host, ZmqNodeRuntime::Options{std::move(label), pid, sc.seed}));
+    nodes.push_back(std::make_unique<ZmqNodeRuntime>(
+        host, ZmqNodeRuntime::Options{std::move(label), pid, sc.seed, "127.0.0.1:*", 0}));
     return *nodes.back();
   };
   auto& scheduler = add("scheduler");

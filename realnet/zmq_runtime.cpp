@@ -72,7 +72,9 @@ std::shared_ptr<ByteBuffer> SharedStaging::open(std::string_view name, std::size
 
 // ---------------------------------------------------------------- LocalHost
 
-LocalHost::LocalHost(Options options) : options_(std::move(options)) {}
+LocalHost::LocalHost(Options options)
+    : options_(std::move(options)),
+      staging_(options_.staging ? options_.staging : std::make_shared<SharedStaging>()) {}
 
 Seconds LocalHost::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
@@ -250,7 +252,11 @@ class ZmqNodeRuntime::Io {
       router.set(zmq::sockopt::linger, 0);
       router.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
       router.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
-      router.bind("tcp://127.0.0.1:*");
+      try {
+        router.bind("tcp://" + owner_.options_.bind);
+      } catch (const zmq::error_t& e) {
+        throw BindError("cannot bind " + owner_.options_.bind + ": " + e.what());
+      }
       std::string endpoint = router.get(zmq::sockopt::last_endpoint);
       constexpr std::string_view kScheme = "tcp://";
       if (endpoint.starts_with(kScheme)) endpoint.erase(0, kScheme.size());
@@ -279,14 +285,14 @@ class ZmqNodeRuntime::Io {
           connects.swap(connects_);
           outgoing.swap(outgoing_);
         }
-        if (exit) return;
+        if (exit && owner_.options_.linger_ms <= 0) return;
         for (auto& [id, address] : connects) {
           auto it = dealers.find(address);
           if (it == dealers.end()) {
             zmq::socket_t dealer(context_, zmq::socket_type::dealer);
             // The receiver's ROUTER names this connection by our address.
             dealer.set(zmq::sockopt::routing_id, address_);
-            dealer.set(zmq::sockopt::linger, 0);
+            dealer.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
             dealer.set(zmq::sockopt::sndhwm, 0);
             dealer.connect("tcp://" + address);
             it = dealers.emplace(address, std::move(dealer)).first;
@@ -302,6 +308,7 @@ class ZmqNodeRuntime::Io {
           }
           for (auto& [key, message] : queue) transmit(*route->second, std::move(message));
         }
+        if (exit) return;  // lingering: what was queued is now with ZeroMQ, which flushes it on close
         if ((items[0].revents & ZMQ_POLLIN) != 0) receive_all(router);
       }
     } catch (const std::exception& e) {

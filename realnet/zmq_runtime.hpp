@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -26,7 +27,7 @@ namespace pstwin::realnet {
 
 // Host-local staging shared by every node of this process (they are "on one host"): the same name
 // is the same buffer, a new one if the size differs (as sim's HostStaging). Cross-process staging
-// (POSIX shm_open + mmap under /dev/shm) is a later step.
+// is ShmStaging (realnet/shm_staging.hpp), which `pstwin node` passes in LocalHost::Options.
 class SharedStaging final : public StagingArea {
  public:
   std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) override;
@@ -45,11 +46,13 @@ class LocalHost {
     std::uint64_t trace_max_events = 0;
     // Receives every log line (already prefixed); null: stderr.
     std::function<void(std::string_view)> log_sink;
+    // Staging for every node of this process; null: an in-process SharedStaging.
+    std::shared_ptr<StagingArea> staging;
   };
   explicit LocalHost(Options options);
 
   Seconds now() const;
-  SharedStaging& staging() { return staging_; }
+  StagingArea& staging() { return *staging_; }
 
   void node_stopped();
   void fail(const std::string& who, const std::string& text);
@@ -67,7 +70,7 @@ class LocalHost {
  private:
   const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   Options options_;
-  SharedStaging staging_;
+  std::shared_ptr<StagingArea> staging_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   int stopped_ = 0;
@@ -80,6 +83,12 @@ class LocalHost {
 };
 
 class ZmqNodeRuntime;
+
+// The ROUTER could not bind: what() is "cannot bind HOST:PORT: <reason>".
+class BindError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // One OS thread and one task FIFO per lane. A task sleeps its modelled cost, runs `work` on the
 // lane, then posts `done` to the node's event loop.
@@ -118,8 +127,13 @@ class ZmqNodeRuntime final : public Runtime {
     std::string label;  // "worker 0": logs and trace
     int pid = 0;        // trace process id
     std::uint64_t seed = 0;
+    // "HOST:PORT" to bind the ROUTER on; PORT "*" picks a free one. The bound address is advertised.
+    std::string bind = "127.0.0.1:*";
+    // > 0: on shutdown, send what is queued and wait up to this long for it to leave (a node
+    // process's last reply must reach the scheduler before the process exits). 0: drop it.
+    int linger_ms = 0;
   };
-  // Binds the node's ROUTER socket on an ephemeral 127.0.0.1 port before returning.
+  // Binds the node's ROUTER socket before returning; throws BindError if it cannot.
   ZmqNodeRuntime(LocalHost& host, Options options);
   ~ZmqNodeRuntime() override;
   ZmqNodeRuntime(const ZmqNodeRuntime&) = delete;

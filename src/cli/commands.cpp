@@ -1,9 +1,14 @@
 #include "cli/commands.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
+#include "realnet/node_env.hpp"
+#include "realnet/node_run.hpp"
+#include "realnet/zmq_runtime.hpp"
 #include "report/run_report.hpp"
 #include "scenario/scenario.hpp"
 #include "sim/simulation.hpp"
@@ -84,6 +89,31 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
     std::ofstream(options.out_dir + "/explore.json") << summary.dump(2) << "\n";
   }
   return bad == 0 ? 0 : 1;
+}
+
+int run_node(const CommonOptions& common) {
+  std::map<std::string, std::string> vars;
+  for (const auto& name : realnet::node_env_variables())
+    if (const char* value = std::getenv(name.c_str())) vars.emplace(name, value);
+  const realnet::NodeEnv env = realnet::parse_node_env(vars);
+  auto overrides = env.scenario_overrides();
+  for (const auto& text : common.sets) overrides.push_back(split_override(text));
+  const Scenario scenario = load_scenario(common.scenario_path, overrides);
+  realnet::NodeRunOptions options;
+  if (common.quiet) options.log = [](std::string_view) {};
+  try {
+    const auto result = realnet::run_node(scenario, env, options);
+    std::cerr << result.details;
+    std::cout << result.summary << std::endl;
+    return result.exit_code;
+  } catch (const realnet::BindError& e) {
+    std::cerr << "pstwin: " << e.what()
+              << (env.role == Role::kScheduler
+                      ? "; is another scheduler running? choose another DMLC_PS_ROOT_PORT"
+                      : "; DMLC_NODE_HOST must be an address of this machine")
+              << "\n";
+    return 2;
+  }
 }
 
 }  // namespace pstwin::cli

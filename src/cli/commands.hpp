@@ -31,6 +31,9 @@ struct ExploreOptions {
 int run_sim(const CommonOptions& common, const SimOptions& options);
 int run_check(const CommonOptions& common);
 int run_explore(const CommonOptions& common, const ExploreOptions& options);
+// One node of a real job, configured by the BytePS/ps-lite environment (docs/ENVIRONMENT.md) on top
+// of common.scenario_path; environment values go below --set.
+int run_node(const CommonOptions& common);
 
 // "a.b=c" -> {"a.b", "c"}; throws ScenarioError naming the argument when there is no '='.
 std::pair<std::string, std::string> split_override(const std::string& text);

@@ -45,6 +45,21 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   explore->add_option("--out", explore_options.out_dir, "write explore.json with one line per seed here");
 
+  auto* node = app.add_subcommand(
+      "node",
+      "run ONE node (scheduler, server or worker) of a real job configured by BytePS/ps-lite environment "
+      "variables (DMLC_ROLE, DMLC_PS_ROOT_URI, ...; see docs/ENVIRONMENT.md)");
+  // Compiled in so `pstwin node` works from any directory, as the BytePS launcher does.
+  common.scenario_path = PSTWIN_DEFAULT_SCENARIO;
+  node->add_option("--scenario", common.scenario_path,
+                   "scenario file (TOML); environment variables override it")
+      ->check(CLI::ExistingFile)
+      ->capture_default_str();
+  node->add_option("--set", common.sets, "override a scenario field, after the environment (repeatable)")
+      ->type_name("FIELD=VALUE")
+      ->take_all();
+  node->add_flag("-q,--quiet", common.quiet, "no log lines on stderr (the summary still prints)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -54,6 +69,7 @@ int main(int argc, char** argv) {
     if (*sim) return run_sim(common, sim_options);
     if (*check) return run_check(common);
     if (*explore) return run_explore(common, explore_options);
+    if (*node) return run_node(common);
   } catch (const pstwin::ScenarioError& e) {
     std::cerr << "pstwin: " << e.what() << "\n";
     return 2;

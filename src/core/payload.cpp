@@ -23,7 +23,15 @@ std::size_t padded_size(std::size_t size) {
 }  // namespace
 
 void ByteBuffer::AlignedFree::operator()(std::byte* p) const {
-  std::free(p);
+  if (external_release)
+    external_release();
+  else
+    std::free(p);
+}
+
+ByteBuffer::ByteBuffer(std::byte* external, std::size_t size, std::function<void()> release)
+    : size_(size), data_(external, AlignedFree{std::move(release)}) {
+  if (external == nullptr) throw std::invalid_argument("ByteBuffer: wrapped memory is null");
 }
 
 ByteBuffer::ByteBuffer(std::size_t size) : size_(size) {

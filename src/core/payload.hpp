@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -15,6 +16,8 @@ namespace pstwin {
 class ByteBuffer {
  public:
   explicit ByteBuffer(std::size_t size);
+  // Wraps memory owned elsewhere (a shared-memory mapping): `release` runs once, when the buffer goes.
+  ByteBuffer(std::byte* external, std::size_t size, std::function<void()> release);
   ByteBuffer(const ByteBuffer&) = delete;
   ByteBuffer& operator=(const ByteBuffer&) = delete;
 
@@ -30,6 +33,7 @@ class ByteBuffer {
 
  private:
   struct AlignedFree {
+    std::function<void()> external_release;  // set for wrapped memory, which is not ours to free
     void operator()(std::byte* p) const;
   };
   std::size_t size_;

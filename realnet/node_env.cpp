@@ -1,0 +1,139 @@
+#include "realnet/node_env.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <limits>
+
+namespace pstwin::realnet {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+[[noreturn]] void bad(const std::string& name, const std::string& value, const std::string& expected) {
+  throw NodeEnvError(name + "=\"" + value + "\": expected " + expected);
+}
+
+const std::string* find(const Env& env, const std::string& name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : &it->second;
+}
+
+const std::string& required(const Env& env, const std::string& name, const std::string& example) {
+  const std::string* value = find(env, name);
+  if (value == nullptr || value->empty())
+    throw NodeEnvError(name + " is not set: it is required; e.g. export " + name + "=" + example);
+  return *value;
+}
+
+// A whole decimal integer in [low, high]; "08", "+3", " 3", "3x" and "" are refused.
+std::int64_t integer(const std::string& name, const std::string& value, std::int64_t low, std::int64_t high,
+                     const std::string& expected) {
+  std::int64_t out = 0;
+  const auto* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, out);
+  if (value.empty() || ec != std::errc() || ptr != end || out < low || out > high) bad(name, value, expected);
+  return out;
+}
+
+bool flag(const std::string& name, const std::string& value) {
+  if (value == "0") return false;
+  if (value == "1") return true;
+  bad(name, value, "0 or 1");
+}
+
+}  // namespace
+
+std::string NodeEnv::bind_address() const {
+  return role == Role::kScheduler ? scheduler_address() : node_host + ":*";
+}
+
+std::vector<std::pair<std::string, std::string>> NodeEnv::scenario_overrides() const {
+  std::vector<std::pair<std::string, std::string>> out{{"roles.workers", std::to_string(num_workers)},
+                                                       {"roles.servers", std::to_string(num_servers)}};
+  if (partition_bytes) out.emplace_back("ps.partition_bytes", std::to_string(*partition_bytes));
+  if (enable_async) out.emplace_back("ps.mode", *enable_async ? "async" : "sync");
+  if (server_engine_threads)
+    out.emplace_back("ps.server_engine_threads", std::to_string(*server_engine_threads));
+  return out;
+}
+
+const std::vector<std::string>& node_env_variables() {
+  static const std::vector<std::string> names{"DMLC_ROLE",
+                                              "DMLC_PS_ROOT_URI",
+                                              "DMLC_PS_ROOT_PORT",
+                                              "DMLC_NUM_WORKER",
+                                              "DMLC_NUM_SERVER",
+                                              "DMLC_WORKER_ID",
+                                              "DMLC_NODE_HOST",
+                                              "BYTEPS_PARTITION_BYTES",
+                                              "BYTEPS_ENABLE_ASYNC",
+                                              "BYTEPS_SERVER_ENGINE_THREAD",
+                                              "BYTEPS_FORCE_DISTRIBUTED",
+                                              "PS_VERBOSE",
+                                              "BYTEPS_LOG_LEVEL"};
+  return names;
+}
+
+NodeEnv parse_node_env(const Env& env) {
+  constexpr std::int64_t kMaxNodes = 1 << 19;  // worker ids stay below the validator id range
+  NodeEnv out;
+  const std::string& role = required(env, "DMLC_ROLE", "worker");
+  if (role == "scheduler")
+    out.role = Role::kScheduler;
+  else if (role == "server")
+    out.role = Role::kServer;
+  else if (role == "worker")
+    out.role = Role::kWorker;
+  else
+    bad("DMLC_ROLE", role, "scheduler, server or worker");
+
+  out.root_uri = required(env, "DMLC_PS_ROOT_URI", "127.0.0.1");
+  if (out.root_uri.find_first_of(" :/*") != std::string::npos)
+    bad("DMLC_PS_ROOT_URI", out.root_uri,
+        "the scheduler's IP address or host name, e.g. 127.0.0.1 (no port)");
+  out.root_port = static_cast<int>(integer("DMLC_PS_ROOT_PORT", required(env, "DMLC_PS_ROOT_PORT", "1234"), 1,
+                                           65535, "a port 1-65535, e.g. 1234"));
+  out.num_workers = static_cast<int>(integer("DMLC_NUM_WORKER", required(env, "DMLC_NUM_WORKER", "2"), 1,
+                                             kMaxNodes, "a number of workers >= 1"));
+  out.num_servers = static_cast<int>(integer("DMLC_NUM_SERVER", required(env, "DMLC_NUM_SERVER", "1"), 1,
+                                             kMaxNodes, "a number of servers >= 1"));
+  if (out.role == Role::kWorker) {
+    const std::string& id = required(env, "DMLC_WORKER_ID", "0");
+    out.worker_id = static_cast<int>(integer("DMLC_WORKER_ID", id, 0, out.num_workers - 1,
+                                             "a worker rank 0.." + std::to_string(out.num_workers - 1) +
+                                                 " (DMLC_NUM_WORKER=" + std::to_string(out.num_workers) +
+                                                 "), distinct for each worker"));
+  }
+  if (const auto* host = find(env, "DMLC_NODE_HOST"); host != nullptr && !host->empty()) {
+    if (host->find_first_of(" :/*") != std::string::npos || *host == "0.0.0.0")
+      bad("DMLC_NODE_HOST", *host,
+          "this machine's IP address that the other nodes can reach, e.g. 127.0.0.1 (no port, not 0.0.0.0: "
+          "it is advertised to the other nodes)");
+    out.node_host = *host;
+  }
+  if (const auto* v = find(env, "BYTEPS_PARTITION_BYTES"))
+    out.partition_bytes = static_cast<std::uint64_t>(integer("BYTEPS_PARTITION_BYTES", *v, 4,
+                                                             std::numeric_limits<std::int64_t>::max(),
+                                                             "a partition size in bytes >= 4, e.g. 4096000"));
+  if (const auto* v = find(env, "BYTEPS_ENABLE_ASYNC")) out.enable_async = flag("BYTEPS_ENABLE_ASYNC", *v);
+  if (const auto* v = find(env, "BYTEPS_SERVER_ENGINE_THREAD"))
+    out.server_engine_threads = static_cast<int>(
+        integer("BYTEPS_SERVER_ENGINE_THREAD", *v, 1, 1024, "a number of server engine threads 1-1024"));
+  if (const auto* v = find(env, "BYTEPS_FORCE_DISTRIBUTED"))
+    out.force_distributed = flag("BYTEPS_FORCE_DISTRIBUTED", *v);
+  if (const auto* v = find(env, "PS_VERBOSE"))
+    out.verbose = static_cast<int>(integer("PS_VERBOSE", *v, 0, 2, "0, 1 or 2"));
+  if (const auto* v = find(env, "BYTEPS_LOG_LEVEL")) {
+    std::string level = *v;
+    std::ranges::transform(level, level.begin(),
+                           [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    static const std::vector<std::string> kLevels{"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
+    if (std::ranges::find(kLevels, level) == kLevels.end())
+      bad("BYTEPS_LOG_LEVEL", *v, "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL");
+    out.log_level = level;
+  }
+  return out;
+}
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,53 @@
+// The BytePS/ps-lite environment of one `pstwin node` process (DMLC_ROLE, DMLC_PS_ROOT_URI, ...),
+// parsed and validated without touching the process environment, so it can be unit-tested.
+// docs/ENVIRONMENT.md lists every variable, its default and what is not supported.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/types.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin::realnet {
+
+// A bad or missing variable; what() names the variable, the value and a fix. It derives from
+// ScenarioError so the CLI maps it to exit status 2 (bad configuration) like any scenario problem.
+class NodeEnvError : public ScenarioError {
+ public:
+  using ScenarioError::ScenarioError;
+};
+
+struct NodeEnv {
+  Role role = Role::kScheduler;                  // DMLC_ROLE (required)
+  std::string root_uri;                          // DMLC_PS_ROOT_URI (required): the scheduler's address
+  int root_port = 0;                             // DMLC_PS_ROOT_PORT (required)
+  int num_workers = 0;                           // DMLC_NUM_WORKER (required)
+  int num_servers = 0;                           // DMLC_NUM_SERVER (required)
+  int worker_id = -1;                            // DMLC_WORKER_ID (required for workers, ignored otherwise)
+  std::string node_host = "127.0.0.1";           // DMLC_NODE_HOST: bound and advertised by servers/workers
+  std::optional<std::uint64_t> partition_bytes;  // BYTEPS_PARTITION_BYTES
+  std::optional<bool> enable_async;              // BYTEPS_ENABLE_ASYNC
+  std::optional<int> server_engine_threads;      // BYTEPS_SERVER_ENGINE_THREAD
+  bool force_distributed = false;                // BYTEPS_FORCE_DISTRIBUTED (accepted, no effect)
+  int verbose = 0;                               // PS_VERBOSE: 0, 1 or 2
+  std::string log_level = "WARNING";             // BYTEPS_LOG_LEVEL (accepted, upper-cased)
+
+  std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
+  // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.
+  std::string bind_address() const;
+  // Scenario overrides (dotted path, value) for what the environment sets; they go on top of the
+  // scenario file and below --set.
+  std::vector<std::pair<std::string, std::string>> scenario_overrides() const;
+};
+
+NodeEnv parse_node_env(const std::map<std::string, std::string>& env);
+
+// The variables parse_node_env reads, for collecting them from the process environment.
+const std::vector<std::string>& node_env_variables();
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,171 @@
+#include "realnet/node_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "ps/ids.hpp"
+#include "ps/invariants.hpp"
+#include "ps/scheduler.hpp"
+#include "ps/server.hpp"
+#include "ps/worker.hpp"
+#include "realnet/locked_observer.hpp"
+#include "realnet/shm_staging.hpp"
+#include "realnet/zmq_runtime.hpp"
+
+namespace pstwin::realnet {
+namespace {
+
+// What one node sees of the run: counts for the summary, this server's applied pushes (for a
+// per-server lost-update check), and PS_VERBOSE progress lines. Called under LockedObserver's lock.
+class NodeStats final : public RunObserver {
+ public:
+  NodeStats(int verbose, std::function<void(const std::string&)> log)
+      : verbose_(verbose), log_(std::move(log)) {}
+
+  void node_table(const std::vector<NodeInfo>& table, Seconds at) override {
+    if (verbose_ >= 1)
+      log_("node table complete (" + std::to_string(table.size()) + " nodes) at " + time(at));
+  }
+  void barrier_released(int group, Seconds at) override {
+    if (verbose_ >= 1) log_("barrier released for group " + std::to_string(group) + " at " + time(at));
+  }
+  void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    applied.insert({key, iteration, worker});
+    if (verbose_ >= 2)
+      log_("server " + std::to_string(server) + " applied worker " + std::to_string(worker) +
+           "'s push of key " + std::to_string(key) + ", iteration " + std::to_string(iteration));
+  }
+  void aggregate_complete(NodeId, std::uint64_t key, std::uint32_t iteration, const Payload&) override {
+    ++aggregates;
+    if (verbose_ >= 2)
+      log_("aggregate of key " + std::to_string(key) + ", iteration " + std::to_string(iteration));
+  }
+  void pull_received(int, std::uint64_t key, std::uint32_t iteration, const Payload&) override {
+    if (verbose_ >= 2) log_("pulled key " + std::to_string(key) + ", iteration " + std::to_string(iteration));
+  }
+  void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override {
+    ++iterations;
+    if (verbose_ >= 1)
+      log_("worker " + std::to_string(worker) + " finished iteration " + std::to_string(iteration) + " in " +
+           time(end - start));
+  }
+
+  std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied;
+  std::uint64_t aggregates = 0;
+  std::uint64_t iterations = 0;
+
+ private:
+  static std::string time(Seconds s) {
+    std::ostringstream out;
+    out << s << " s";
+    return out.str();
+  }
+  int verbose_;
+  std::function<void(const std::string&)> log_;
+};
+
+std::string label_of(const NodeEnv& env) {
+  switch (env.role) {
+    case Role::kScheduler:
+      return "scheduler";
+    case Role::kServer:
+      return "server";  // its rank comes from the scheduler
+    default:
+      return "worker " + std::to_string(env.worker_id);
+  }
+}
+
+}  // namespace
+
+NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOptions& options) {
+  auto log = [&](const std::string& line) {
+    if (options.log)
+      options.log(line);
+    else
+      std::cerr << line + "\n";
+  };
+  const std::string label = label_of(env);
+  SyntheticWorkload workload(sc);
+  InvariantChecker checker(sc, workload);
+  NodeStats stats(env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
+  ObserverFanout fanout({&checker, &stats});
+  LockedObserver observer(fanout);
+  // One job's staging objects are kept apart from another's on this host by the scheduler port;
+  // within the job, names collide exactly when staging.naming makes them equal.
+  auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
+  LocalHost host({false, 0, options.log, staging});
+
+  auto runtime = std::make_unique<ZmqNodeRuntime>(
+      host, ZmqNodeRuntime::Options{label, 0, sc.seed, env.bind_address(), /*linger_ms=*/1000});
+  ZmqNodeRuntime& rt = *runtime;
+  const NodeContext context{rt, sc, observer, env.scheduler_address()};
+  switch (env.role) {
+    case Role::kScheduler:
+      rt.attach(std::make_unique<Scheduler>(rt, sc, observer));
+      break;
+    case Role::kServer:
+      rt.attach(std::make_unique<Server>(context, -1, workload));
+      break;
+    default:
+      rt.attach(std::make_unique<Worker>(context, env.worker_id, workload));
+  }
+  if (env.verbose >= 1) log("[pstwin] " + label + ": listening on " + rt.local_address());
+  rt.start();
+  // Heartbeats and the connect timeout end a stuck job; this only guards against a protocol hang.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
+                            std::max(sc.sim.max_time_s, sc.ps.connect_timeout_s)));
+  const bool stopped = host.wait_all_stopped(1, deadline);
+  rt.halt();
+  const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
+  const std::string state = rt.describe();
+  runtime.reset();  // joins every thread (and flushes the last replies) before the checks are read
+
+  const bool completed = stopped && !host.failed();
+  // The cross-process lost-update check, done per server for the keys it owns.
+  if (completed && env.role == Role::kServer && sc.invariants.updates && id != kNoNode) {
+    const int rank = rank_of(id);
+    const auto owned = static_cast<std::uint64_t>(std::ranges::count_if(
+        workload.partitions(), [&](const PartitionSpec& p) { return p.server_rank == rank; }));
+    const std::uint64_t expected = owned * static_cast<std::uint64_t>(workload.workers()) *
+                                   static_cast<std::uint64_t>(workload.iterations());
+    if (stats.applied.size() != expected)
+      checker.add(
+          {"updates", std::to_string(expected - std::min<std::uint64_t>(expected, stats.applied.size())) +
+                          " of " + std::to_string(expected) + " pushes to server " + std::to_string(id) +
+                          " were never applied (lost updates)"});
+  }
+
+  NodeRunResult result;
+  std::ostringstream details;
+  if (host.failed())
+    details << "failure: " << host.failure() << "\n";
+  else if (!stopped)
+    details << "failure: still running after " << std::max(sc.sim.max_time_s, sc.ps.connect_timeout_s)
+            << " s (sim.max_time): " << state << "\n";
+  for (const auto& v : checker.violations())
+    details << "violation [" << v.invariant << "] " << v.detail << "\n";
+  result.details = details.str();
+  result.exit_code = completed && checker.violation_count() == 0 ? 0 : 1;
+
+  std::ostringstream summary;
+  summary << "pstwin node: " << role_name(env.role);
+  if (id != kNoNode)
+    summary << " rank " << rank_of(id) << " (node " << id << ")";
+  else
+    summary << " (no node id: never joined)";
+  summary << ": ";
+  if (env.role == Role::kWorker) summary << stats.iterations << " iterations, ";
+  if (env.role == Role::kServer) summary << stats.aggregates << " aggregates, ";
+  summary << checker.checked() << " checks, " << checker.violation_count()
+          << " violations: " << (result.exit_code == 0 ? "ok" : "FAILED");
+  result.summary = summary.str();
+  return result;
+}
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,38 @@
+// Cross-process staging: each staging buffer is a POSIX shared-memory object (/dev/shm), so two
+// processes on one host that open the same name map the same bytes, exactly as BytePS's
+// "BytePS_ShM_<key>" buffers did (and, with staging.naming = legacy-key-only, as in its crossed-line
+// bug). The objects this process created are unlinked when the ShmStaging goes.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "core/runtime.hpp"
+
+namespace pstwin::realnet {
+
+class ShmStaging final : public StagingArea {
+ public:
+  // `prefix` separates independent jobs on one host (pstwin node uses "pstwin_<root port>_").
+  explicit ShmStaging(std::string prefix);
+  ~ShmStaging() override;
+  ShmStaging(const ShmStaging&) = delete;
+  ShmStaging& operator=(const ShmStaging&) = delete;
+
+  std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) override;
+  // The shared-memory object name ("/<prefix><name>", '/' in `name` replaced) used for `name`.
+  std::string object_name(std::string_view name) const;
+  std::size_t created() const;  // how many objects this process created (and will unlink)
+
+ private:
+  std::string prefix_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<ByteBuffer>, std::less<>> regions_;
+  std::set<std::string> created_;
+};
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,250 @@
+// `pstwin node` as users launch it: real processes (scheduler, server, two workers) configured by
+// the BytePS/ps-lite environment, plus the failures a user can cause (no scheduler, a typo in
+// DMLC_ROLE, a port in use) and the cross-process shared-memory staging underneath.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "realnet/shm_staging.hpp"
+
+namespace pstwin {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+using Clock = std::chrono::steady_clock;
+
+// Holds a listening TCP socket on a free 127.0.0.1 port (the kernel picks it); close() frees it for
+// a scheduler to bind, keep it open to make the port "in use".
+class PortHolder {
+ public:
+  PortHolder() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 1) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      throw std::runtime_error(std::string("cannot reserve a port: ") + std::strerror(errno));
+    port_ = ntohs(addr.sin_port);
+  }
+  ~PortHolder() { close(); }
+  PortHolder(const PortHolder&) = delete;
+  PortHolder& operator=(const PortHolder&) = delete;
+  int port() const { return port_; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+// One `pstwin node` child process, its output captured in a file. SIGKILLed and reaped if the test
+// ends (or fails) while it still runs.
+class NodeProcess {
+ public:
+  NodeProcess(const std::string& name, const Env& env, const std::vector<std::string>& args)
+      : output_(std::filesystem::temp_directory_path() /
+                ("pstwin-node-" + std::to_string(::getpid()) + "-" + name + ".log")) {
+    std::vector<std::string> argv_text{PSTWIN_BINARY, "node"};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<std::string> env_text;
+    for (const auto& [k, v] : env) env_text.push_back(k + "=" + v);
+    env_text.push_back("PATH=/usr/bin:/bin");
+    std::vector<char*> argv;
+    for (auto& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    // The scenario path is relative: run from the source tree, as a user would.
+    posix_spawn_file_actions_addchdir_np(&actions, PSTWIN_SOURCE_DIR);
+    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+  }
+  ~NodeProcess() {
+    if (!exit_code_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    std::error_code ignored;
+    std::filesystem::remove(output_, ignored);
+  }
+  NodeProcess(const NodeProcess&) = delete;
+  NodeProcess& operator=(const NodeProcess&) = delete;
+
+  // The exit status once the process ended before `deadline`; nullopt if it still runs (or died by
+  // a signal, reported as 128 + signal).
+  std::optional<int> wait_until(Clock::time_point deadline) {
+    while (!exit_code_) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_)
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      else if (Clock::now() >= deadline)
+        return std::nullopt;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exit_code_;
+  }
+
+  std::string output() const {
+    std::ifstream in(output_);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  std::filesystem::path output_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+Env job_env(const std::string& role, int port) {
+  return {{"DMLC_ROLE", role},
+          {"DMLC_NUM_WORKER", "2"},
+          {"DMLC_NUM_SERVER", "1"},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+          {"PS_VERBOSE", "0"},
+          {"BYTEPS_FORCE_DISTRIBUTED", "1"}};
+}
+
+Env worker_env(int rank, int port) {
+  Env env = job_env("worker", port);
+  env["DMLC_WORKER_ID"] = std::to_string(rank);
+  return env;
+}
+
+const std::vector<std::string> kQuickstart{"--scenario", "scenarios/quickstart.toml", "--set",
+                                           "workload.iterations=2"};
+
+TEST(Node, FourTerminalLaunchCompletes) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();  // free for the scheduler
+  // The declaration order is the reverse of destruction: any child left running is killed.
+  NodeProcess scheduler("scheduler", job_env("scheduler", port), kQuickstart);
+  NodeProcess server("server", job_env("server", port), kQuickstart);
+  NodeProcess worker0("worker0", worker_env(0, port), kQuickstart);
+  NodeProcess worker1("worker1", worker_env(1, port), kQuickstart);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  struct Expect {
+    NodeProcess& process;
+    std::string summary;
+  };
+  for (auto [process, summary] : {Expect{scheduler, "pstwin node: scheduler rank 0 (node 1)"},
+                                  Expect{server, "pstwin node: server rank 0 (node 8)"},
+                                  Expect{worker0, "pstwin node: worker rank 0 (node 9): 2 iterations"},
+                                  Expect{worker1, "pstwin node: worker rank 1 (node 11): 2 iterations"}}) {
+    EXPECT_EQ(process.wait_until(deadline), 0) << process.output();
+    EXPECT_NE(process.output().find(summary), std::string::npos) << process.output();
+    EXPECT_NE(process.output().find(" 0 violations: ok"), std::string::npos) << process.output();
+  }
+  // Every staging object was unlinked by the worker that created it.
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_EQ(entry.path().filename().string().find("pstwin_" + std::to_string(port) + "_"),
+              std::string::npos)
+        << entry.path();
+}
+
+TEST(Node, WorkerWithoutSchedulerFailsAfterConnectTimeout) {
+  PortHolder reserved;  // nobody ever answers on it: a listening socket that never speaks ZMTP
+  const int port = reserved.port();
+  reserved.close();
+  std::vector<std::string> args = kQuickstart;
+  args.insert(args.end(), {"--set", "ps.connect_timeout=2s"});
+  const auto start = Clock::now();
+  NodeProcess worker("worker", worker_env(0, port), args);
+  EXPECT_EQ(worker.wait_until(start + std::chrono::seconds(5)), 1) << worker.output();
+  EXPECT_NE(worker.output().find("cannot reach the scheduler at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << worker.output();
+}
+
+TEST(Node, MisspelledRoleIsABadConfiguration) {
+  NodeProcess node("wroker", job_env("wroker", 1234), kQuickstart);
+  EXPECT_EQ(node.wait_until(Clock::now() + std::chrono::seconds(5)), 2) << node.output();
+  EXPECT_NE(node.output().find("DMLC_ROLE=\"wroker\": expected scheduler, server or worker"),
+            std::string::npos)
+      << node.output();
+}
+
+TEST(Node, SchedulerPortInUseIsNamed) {
+  PortHolder taken;
+  NodeProcess scheduler("scheduler-taken", job_env("scheduler", taken.port()), kQuickstart);
+  EXPECT_EQ(scheduler.wait_until(Clock::now() + std::chrono::seconds(5)), 2) << scheduler.output();
+  EXPECT_NE(scheduler.output().find("cannot bind 127.0.0.1:" + std::to_string(taken.port()) +
+                                    ": Address already in use; is another scheduler running? choose another "
+                                    "DMLC_PS_ROOT_PORT"),
+            std::string::npos)
+      << scheduler.output();
+}
+
+std::string unique_prefix(const std::string& what) {
+  return "pstwin_test_" + std::to_string(::getpid()) + "_" + what + "_";
+}
+
+TEST(Node, ShmStagingSharesEqualNamesAcrossInstances) {
+  // Two ShmStaging objects stand in for two processes: only the name connects them.
+  realnet::ShmStaging a(unique_prefix("share"));
+  realnet::ShmStaging b(unique_prefix("share"));
+  auto x = a.open("BytePS_ShM_7", 64);
+  auto y = b.open("BytePS_ShM_7", 64);
+  auto other = b.open("job0/worker/1/7", 64);
+  ASSERT_EQ(x->size(), 64u);
+  x->floats()[3] = 42.0f;
+  EXPECT_EQ(y->floats()[3], 42.0f);
+  EXPECT_EQ(other->floats()[3], 0.0f);
+  EXPECT_EQ(a.open("BytePS_ShM_7", 64), x);  // reopening in one process returns the same buffer
+  EXPECT_EQ(a.created(), 1u);
+  EXPECT_EQ(b.created(), 1u);
+  EXPECT_EQ(b.object_name("job0/worker/1/7"), "/" + unique_prefix("share") + "job0_worker_1_7");
+}
+
+TEST(Node, ShmStagingUnlinksWhatItCreated) {
+  const std::string prefix = unique_prefix("unlink");
+  std::shared_ptr<ByteBuffer> kept;
+  std::string path;
+  {
+    realnet::ShmStaging staging(prefix);
+    kept = staging.open("k", 4096);
+    path = "/dev/shm" + staging.object_name("k");
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  kept->bytes()[4095] = std::byte{1};  // the mapping outlives the name
+  EXPECT_EQ(kept->bytes()[4095], std::byte{1});
+}
+
+}  // namespace
+}  // namespace pstwin

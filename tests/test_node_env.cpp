@@ -1,0 +1,192 @@
+// parse_node_env: the BytePS/ps-lite environment of `pstwin node`, accepted values, defaults, and
+// error messages that name the variable, the bad value and a fix.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "realnet/node_env.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin::realnet {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+Env worker_env() {
+  return {{"DMLC_ROLE", "worker"},          {"DMLC_PS_ROOT_URI", "127.0.0.1"}, {"DMLC_PS_ROOT_PORT", "1234"},
+          {"DMLC_NUM_WORKER", "2"},         {"DMLC_NUM_SERVER", "1"},          {"DMLC_WORKER_ID", "1"},
+          {"BYTEPS_FORCE_DISTRIBUTED", "1"}};
+}
+
+// The message of the NodeEnvError parse_node_env throws for `env` ("" if it does not throw).
+std::string error_of(const Env& env) {
+  try {
+    parse_node_env(env);
+  } catch (const NodeEnvError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Env with(Env env, const std::string& name, const std::string& value) {
+  env[name] = value;
+  return env;
+}
+
+Env without(Env env, const std::string& name) {
+  env.erase(name);
+  return env;
+}
+
+TEST(NodeEnv, ParsesTheFourTerminalWorkerLaunch) {
+  const NodeEnv env = parse_node_env(worker_env());
+  EXPECT_EQ(env.role, Role::kWorker);
+  EXPECT_EQ(env.root_uri, "127.0.0.1");
+  EXPECT_EQ(env.root_port, 1234);
+  EXPECT_EQ(env.num_workers, 2);
+  EXPECT_EQ(env.num_servers, 1);
+  EXPECT_EQ(env.worker_id, 1);
+  EXPECT_TRUE(env.force_distributed);
+  EXPECT_EQ(env.scheduler_address(), "127.0.0.1:1234");
+  EXPECT_EQ(env.bind_address(), "127.0.0.1:*");
+}
+
+TEST(NodeEnv, DefaultsForOptionalVariables) {
+  const NodeEnv env = parse_node_env(without(worker_env(), "BYTEPS_FORCE_DISTRIBUTED"));
+  EXPECT_EQ(env.node_host, "127.0.0.1");
+  EXPECT_FALSE(env.partition_bytes);
+  EXPECT_FALSE(env.enable_async);
+  EXPECT_FALSE(env.server_engine_threads);
+  EXPECT_FALSE(env.force_distributed);
+  EXPECT_EQ(env.verbose, 0);
+  EXPECT_EQ(env.log_level, "WARNING");
+}
+
+TEST(NodeEnv, SchedulerBindsTheRootAddressAndNeedsNoWorkerId) {
+  Env vars = without(with(worker_env(), "DMLC_ROLE", "scheduler"), "DMLC_WORKER_ID");
+  vars["DMLC_NODE_HOST"] = "10.0.0.7";
+  const NodeEnv env = parse_node_env(vars);
+  EXPECT_EQ(env.role, Role::kScheduler);
+  EXPECT_EQ(env.worker_id, -1);
+  EXPECT_EQ(env.bind_address(), "127.0.0.1:1234");
+}
+
+TEST(NodeEnv, ServerBindsNodeHostOnAFreePort) {
+  Env vars = with(with(worker_env(), "DMLC_ROLE", "server"), "DMLC_NODE_HOST", "10.0.0.7");
+  vars["DMLC_WORKER_ID"] = "99";  // set by some launchers for every role: ignored unless a worker
+  const NodeEnv env = parse_node_env(vars);
+  EXPECT_EQ(env.role, Role::kServer);
+  EXPECT_EQ(env.worker_id, -1);
+  EXPECT_EQ(env.bind_address(), "10.0.0.7:*");
+}
+
+TEST(NodeEnv, ReadsBytePSTuningVariables) {
+  Env vars = worker_env();
+  vars["BYTEPS_PARTITION_BYTES"] = "1024000";
+  vars["BYTEPS_ENABLE_ASYNC"] = "1";
+  vars["BYTEPS_SERVER_ENGINE_THREAD"] = "8";
+  vars["PS_VERBOSE"] = "2";
+  vars["BYTEPS_LOG_LEVEL"] = "debug";
+  const NodeEnv env = parse_node_env(vars);
+  EXPECT_EQ(env.partition_bytes, 1024000u);
+  EXPECT_EQ(env.enable_async, true);
+  EXPECT_EQ(env.server_engine_threads, 8);
+  EXPECT_EQ(env.verbose, 2);
+  EXPECT_EQ(env.log_level, "DEBUG");
+  EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_ENABLE_ASYNC", "0")).enable_async, false);
+}
+
+TEST(NodeEnv, MissingRequiredVariablesAreNamedWithAnExample) {
+  for (const std::string name : {"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
+                                 "DMLC_NUM_SERVER", "DMLC_WORKER_ID"}) {
+    const std::string message = error_of(without(worker_env(), name));
+    EXPECT_NE(message.find(name + " is not set"), std::string::npos) << message;
+    EXPECT_NE(message.find("export " + name + "="), std::string::npos) << message;
+    EXPECT_NE(error_of(with(worker_env(), name, "")), "") << name << " empty";
+  }
+}
+
+TEST(NodeEnv, BadRoleNamesTheValueAndTheChoices) {
+  EXPECT_EQ(error_of(with(worker_env(), "DMLC_ROLE", "wroker")),
+            "DMLC_ROLE=\"wroker\": expected scheduler, server or worker");
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_ROLE", "Worker")), "");  // ps-lite is case-sensitive too
+}
+
+TEST(NodeEnv, BadPortsAreRefused) {
+  EXPECT_EQ(error_of(with(worker_env(), "DMLC_PS_ROOT_PORT", "99999")),
+            "DMLC_PS_ROOT_PORT=\"99999\": expected a port 1-65535, e.g. 1234");
+  for (const std::string port : {"0", "-1", "abc", "12 34", "1234x", "65536", " 1234"})
+    EXPECT_NE(
+        error_of(with(worker_env(), "DMLC_PS_ROOT_PORT", port)).find("DMLC_PS_ROOT_PORT=\"" + port + "\""),
+        std::string::npos)
+        << port;
+  EXPECT_EQ(parse_node_env(with(worker_env(), "DMLC_PS_ROOT_PORT", "65535")).root_port, 65535);
+  EXPECT_EQ(parse_node_env(with(worker_env(), "DMLC_PS_ROOT_PORT", "1")).root_port, 1);
+}
+
+TEST(NodeEnv, BadAddressesAreRefused) {
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_PS_ROOT_URI", "127.0.0.1:1234")).find("no port"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_PS_ROOT_URI", "tcp://127.0.0.1")), "");
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_NODE_HOST", "0.0.0.0")).find("DMLC_NODE_HOST=\"0.0.0.0\""),
+            std::string::npos);
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_NODE_HOST", "*")), "");
+  EXPECT_EQ(parse_node_env(with(worker_env(), "DMLC_PS_ROOT_URI", "sched.example")).root_uri,
+            "sched.example");
+}
+
+TEST(NodeEnv, CountsMustBePositive) {
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_NUM_WORKER", "0")).find("DMLC_NUM_WORKER=\"0\""),
+            std::string::npos);
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_NUM_SERVER", "two")).find("DMLC_NUM_SERVER=\"two\""),
+            std::string::npos);
+}
+
+TEST(NodeEnv, WorkerIdMustBeARankOfTheJob) {
+  const std::string message = error_of(with(worker_env(), "DMLC_WORKER_ID", "2"));
+  EXPECT_NE(message.find("DMLC_WORKER_ID=\"2\""), std::string::npos) << message;
+  EXPECT_NE(message.find("0..1"), std::string::npos) << message;
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_WORKER_ID", "-1")), "");
+  EXPECT_EQ(parse_node_env(with(worker_env(), "DMLC_WORKER_ID", "0")).worker_id, 0);
+}
+
+TEST(NodeEnv, FlagsAndLevelsAreChecked) {
+  EXPECT_EQ(error_of(with(worker_env(), "BYTEPS_ENABLE_ASYNC", "yes")),
+            "BYTEPS_ENABLE_ASYNC=\"yes\": expected 0 or 1");
+  EXPECT_NE(error_of(with(worker_env(), "BYTEPS_FORCE_DISTRIBUTED", "2")), "");
+  EXPECT_EQ(error_of(with(worker_env(), "PS_VERBOSE", "3")), "PS_VERBOSE=\"3\": expected 0, 1 or 2");
+  EXPECT_NE(error_of(with(worker_env(), "BYTEPS_LOG_LEVEL", "LOUD")).find("BYTEPS_LOG_LEVEL=\"LOUD\""),
+            std::string::npos);
+  EXPECT_NE(error_of(with(worker_env(), "BYTEPS_PARTITION_BYTES", "4MB")).find("BYTEPS_PARTITION_BYTES"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(worker_env(), "BYTEPS_SERVER_ENGINE_THREAD", "0")), "");
+}
+
+TEST(NodeEnv, ErrorsAreScenarioErrors) {
+  // The CLI maps ScenarioError to exit status 2 (bad configuration).
+  EXPECT_THROW(parse_node_env({}), ScenarioError);
+}
+
+TEST(NodeEnv, OverridesApplyToTheScenario) {
+  Env vars = worker_env();
+  vars["DMLC_NUM_WORKER"] = "3";
+  vars["BYTEPS_PARTITION_BYTES"] = "512000";
+  vars["BYTEPS_ENABLE_ASYNC"] = "1";
+  vars["BYTEPS_SERVER_ENGINE_THREAD"] = "2";
+  const NodeEnv env = parse_node_env(vars);
+  const Scenario sc = load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml", env.scenario_overrides());
+  EXPECT_EQ(sc.roles.workers, 3);
+  EXPECT_EQ(sc.roles.servers, 1);
+  EXPECT_EQ(sc.ps.partition_bytes, 512000u);
+  EXPECT_EQ(sc.ps.mode, TrainingMode::kAsync);
+  EXPECT_EQ(sc.ps.server_engine_threads, 2);
+  // Unset tuning variables leave the scenario's values alone.
+  const Scenario plain = load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml",
+                                       parse_node_env(worker_env()).scenario_overrides());
+  EXPECT_EQ(plain.ps.mode, TrainingMode::kSync);
+  EXPECT_EQ(plain.ps.server_engine_threads, 4);
+}
+
+}  // namespace
+}  // namespace pstwin::realnet
