@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/digest.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
 #include "ps/scheduler.hpp"
@@ -24,10 +25,14 @@ namespace {
 // per-server lost-update check), and PS_VERBOSE progress lines. Called under LockedObserver's lock.
 class NodeStats final : public RunObserver {
  public:
-  NodeStats(int verbose, std::function<void(const std::string&)> log)
-      : verbose_(verbose), log_(std::move(log)) {}
+  NodeStats(const Scenario& sc, int verbose, std::function<void(const std::string&)> log)
+      : last_iteration_(sc.workload.iterations - 1),
+        sync_(sc.ps.mode == TrainingMode::kSync),
+        verbose_(verbose),
+        log_(std::move(log)) {}
 
   void node_table(const std::vector<NodeInfo>& table, Seconds at) override {
+    nodes = table;
     if (verbose_ >= 1)
       log_("node table complete (" + std::to_string(table.size()) + " nodes) at " + time(at));
   }
@@ -45,11 +50,18 @@ class NodeStats final : public RunObserver {
     if (verbose_ >= 2)
       log_("aggregate of key " + std::to_string(key) + ", iteration " + std::to_string(iteration));
   }
-  void pull_received(int, std::uint64_t key, std::uint32_t iteration, const Payload&) override {
+  void final_store(NodeId, std::uint64_t key, const Payload& store) override {
+    digests[key] = value_digest(key, store);
+  }
+  void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override {
+    // As RunRecorder: in sync mode worker 0's last pulls stand for the model.
+    if (sync_ && worker == 0 && static_cast<int>(iteration) == last_iteration_)
+      digests[key] = value_digest(key, value);
     if (verbose_ >= 2) log_("pulled key " + std::to_string(key) + ", iteration " + std::to_string(iteration));
   }
   void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override {
     ++iterations;
+    times.push_back({iteration, start, end});
     if (verbose_ >= 1)
       log_("worker " + std::to_string(worker) + " finished iteration " + std::to_string(iteration) + " in " +
            time(end - start));
@@ -58,8 +70,21 @@ class NodeStats final : public RunObserver {
   std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied;
   std::uint64_t aggregates = 0;
   std::uint64_t iterations = 0;
+  std::vector<NodePart::Iteration> times;
+  std::map<std::uint64_t, std::string> digests;
+  std::vector<NodeInfo> nodes;
 
  private:
+  // Exactly RunRecorder's per-key digest, so `pstwin run` can combine them as RunRecorder::fill does.
+  static std::string value_digest(std::uint64_t key, const Payload& value) {
+    Digest digest;
+    digest.update_u64(key);
+    digest.update_u64(value.size());
+    if (!value.is_phantom()) digest.update(value.bytes());
+    return digest.hex();
+  }
+  int last_iteration_;
+  bool sync_;
   static std::string time(Seconds s) {
     std::ostringstream out;
     out << s << " s";
@@ -92,7 +117,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   const std::string label = label_of(env);
   SyntheticWorkload workload(sc);
   InvariantChecker checker(sc, workload);
-  NodeStats stats(env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
+  NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
   ObserverFanout fanout({&checker, &stats});
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
@@ -124,6 +149,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   rt.halt();
   const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
   const std::string state = rt.describe();
+  const std::string address = rt.local_address();
   runtime.reset();  // joins every thread (and flushes the last replies) before the checks are read
 
   const bool completed = stopped && !host.failed();
@@ -165,6 +191,23 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   summary << checker.checked() << " checks, " << checker.violation_count()
           << " violations: " << (result.exit_code == 0 ? "ok" : "FAILED");
   result.summary = summary.str();
+
+  NodePart& part = result.part;
+  part.role = env.role;
+  part.id = id;
+  part.rank = id == kNoNode ? -1 : rank_of(id);
+  part.address = address;
+  part.completed = completed;
+  if (host.failed())
+    part.failure = host.failure();
+  else if (!stopped)
+    part.failure = "still running after the node's deadline: " + state;
+  part.checked = checker.checked();
+  part.violation_count = checker.violation_count();
+  part.violations = checker.violations();
+  part.iterations = std::move(stats.times);
+  part.digests = std::move(stats.digests);
+  part.nodes = std::move(stats.nodes);
   return result;
 }
 

@@ -2,10 +2,15 @@
 // does: configured by a NodeEnv (the BytePS/ps-lite environment) on top of a scenario.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "ps/control.hpp"
+#include "ps/invariants.hpp"
 #include "realnet/node_env.hpp"
 #include "scenario/scenario.hpp"
 
@@ -16,10 +21,32 @@ struct NodeRunOptions {
   std::function<void(std::string_view)> log;
 };
 
+// What one node contributes to a whole job's report (`pstwin node --report`, merged by `pstwin run`).
+struct NodePart {
+  Role role = Role::kScheduler;
+  int rank = -1;        // -1: never joined
+  NodeId id = kNoNode;  // kNoNode: never joined
+  std::string address;  // where this node's ROUTER listened
+  bool completed = false;
+  std::string failure;  // "" when completed
+  std::uint64_t checked = 0;
+  std::uint64_t violation_count = 0;
+  std::vector<Violation> violations;
+  struct Iteration {
+    std::uint32_t index = 0;
+    double start_s = 0;
+    double end_s = 0;
+  };
+  std::vector<Iteration> iterations;             // workers: wall times of each iteration
+  std::map<std::uint64_t, std::string> digests;  // key -> digest of its final value (see RunRecorder)
+  std::vector<NodeInfo> nodes;                   // the scheduler: the node table
+};
+
 struct NodeRunResult {
   int exit_code = 1;    // 0 success, 1 failure or invariant violation (bad configuration throws)
   std::string summary;  // one line: role, rank, id, iterations, checks, violations
   std::string details;  // the failure and the first violations, one per line; "" when clean
+  NodePart part;
 };
 
 // Throws NodeEnvError/ScenarioError for bad configuration and BindError when the address is taken;

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 
+#include "realnet/job_run.hpp"
 #include "realnet/node_env.hpp"
 #include "realnet/node_run.hpp"
 #include "realnet/zmq_runtime.hpp"
@@ -91,7 +92,7 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
   return bad == 0 ? 0 : 1;
 }
 
-int run_node(const CommonOptions& common) {
+int run_node(const CommonOptions& common, const NodeOptions& node_options) {
   std::map<std::string, std::string> vars;
   for (const auto& name : realnet::node_env_variables())
     if (const char* value = std::getenv(name.c_str())) vars.emplace(name, value);
@@ -103,6 +104,14 @@ int run_node(const CommonOptions& common) {
   if (common.quiet) options.log = [](std::string_view) {};
   try {
     const auto result = realnet::run_node(scenario, env, options);
+    if (!node_options.report_path.empty()) {
+      const std::filesystem::path path(node_options.report_path);
+      if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+      // Written whole under a temporary name, then renamed: a reader never sees half a report.
+      const std::string temporary = node_options.report_path + ".tmp";
+      std::ofstream(temporary) << realnet::part_to_json(result.part).dump(2) << "\n";
+      std::filesystem::rename(temporary, path);
+    }
     std::cerr << result.details;
     std::cout << result.summary << std::endl;
     return result.exit_code;
@@ -114,6 +123,21 @@ int run_node(const CommonOptions& common) {
               << "\n";
     return 2;
   }
+}
+
+int run_job(const CommonOptions& common, const RunOptions& options) {
+  const Scenario scenario = load(common);
+  const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
+  realnet::JobRunOptions job;
+  job.scenario_path = std::filesystem::absolute(common.scenario_path).string();
+  job.sets = common.sets;
+  job.parts_dir = out_dir + "/parts";
+  if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
+  const RunReport report = realnet::run_job(scenario, job);
+  write_outputs(report, scenario, out_dir);
+  std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
+            << (scenario.output.trace ? ", trace.json (no spans)" : "") << ", resolved.toml, parts/\n";
+  return report.ok() ? 0 : 1;
 }
 
 }  // namespace pstwin::cli

@@ -28,12 +28,22 @@ struct ExploreOptions {
   std::string out_dir;  // "" = no explore.json
 };
 
+struct NodeOptions {
+  std::string report_path;  // "" = no partial report
+};
+
+struct RunOptions {
+  std::string out_dir;  // "" = pstwin-out/<scenario name>
+};
+
 int run_sim(const CommonOptions& common, const SimOptions& options);
 int run_check(const CommonOptions& common);
 int run_explore(const CommonOptions& common, const ExploreOptions& options);
 // One node of a real job, configured by the BytePS/ps-lite environment (docs/ENVIRONMENT.md) on top
 // of common.scenario_path; environment values go below --set.
-int run_node(const CommonOptions& common);
+int run_node(const CommonOptions& common, const NodeOptions& options);
+// A whole real job as local `pstwin node` processes on 127.0.0.1; writes the same outputs as sim.
+int run_job(const CommonOptions& common, const RunOptions& options);
 
 // "a.b=c" -> {"a.b", "c"}; throws ScenarioError naming the argument when there is no '='.
 std::pair<std::string, std::string> split_override(const std::string& text);

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   CommonOptions common;
   SimOptions sim_options;
   ExploreOptions explore_options;
+  NodeOptions node_options;
+  RunOptions run_options;
 
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("FILE", common.scenario_path, "scenario file (TOML), e.g. scenarios/quickstart.toml")
@@ -59,6 +61,15 @@ int main(int argc, char** argv) {
       ->type_name("FIELD=VALUE")
       ->take_all();
   node->add_flag("-q,--quiet", common.quiet, "no log lines on stderr (the summary still prints)");
+  node->add_option("--report", node_options.report_path,
+                   "at exit, write this node's partial report (JSON) here, as `pstwin run` merges them");
+
+  auto* run = app.add_subcommand(
+      "run",
+      "run a scenario for real: one `pstwin node` process per node on 127.0.0.1, then write the "
+      "same results.json as sim");
+  add_common(run);
+  run->add_option("--out", run_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
 
   try {
     app.parse(argc, argv);
@@ -69,7 +80,8 @@ int main(int argc, char** argv) {
     if (*sim) return run_sim(common, sim_options);
     if (*check) return run_check(common);
     if (*explore) return run_explore(common, explore_options);
-    if (*node) return run_node(common);
+    if (*node) return run_node(common, node_options);
+    if (*run) return run_job(common, run_options);
   } catch (const pstwin::ScenarioError& e) {
     std::cerr << "pstwin: " << e.what() << "\n";
     return 2;

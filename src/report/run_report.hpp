@@ -72,6 +72,9 @@ nlohmann::ordered_json to_json(const RunReport& report);
 RunReport report_from_json(const nlohmann::ordered_json& json);  // without trace
 std::string trace_json(const RunReport& report);                 // Chrome trace format
 
+// `text` quoted for a POSIX shell (unchanged when it needs no quoting).
+std::string shell_quote(const std::string& text);
+
 // `pstwin sim FILE --seed N --set k=v ...`, reproducing the scenario as loaded (quoted for a shell).
 std::string replay_command(const Scenario& scenario, std::uint64_t seed);
 

@@ -1,0 +1,395 @@
+#include "realnet/job_run.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "core/digest.hpp"
+
+extern char** environ;
+
+namespace pstwin::realnet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_signal = 0;
+extern "C" void on_signal(int sig) {
+  g_signal = sig;
+}
+
+// A free TCP port on 127.0.0.1: bind port 0, read what the kernel chose, close.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok) throw std::runtime_error(std::string("cannot pick a free port: ") + std::strerror(error));
+  return ntohs(addr.sin_port);
+}
+
+std::string node_name(const NodePart& part) {
+  std::string name(role_name(part.role));
+  if (part.id == kNoNode) return name + " (never joined)";
+  return name + " " + std::to_string(part.rank) + " (node " + std::to_string(part.id) + ")";
+}
+
+// One spawned `pstwin node`: SIGKILLed and reaped when it goes out of scope still running. The child
+// also dies with the launcher (PR_SET_PDEATHSIG), should the launcher itself be SIGKILLed.
+class Child {
+ public:
+  Child(std::string name, const std::string& binary, const std::vector<std::string>& args,
+        const std::vector<std::string>& env, const std::string& log_path)
+      : name_(std::move(name)) {
+    std::vector<std::string> argv_text{binary, "node"};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<std::string> env_text = env;
+    std::vector<char*> argv;
+    for (auto& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid_ == 0) {
+      // Only async-signal-safe calls from here to execve.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+  }
+  ~Child() { kill(); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  const std::string& name() const { return name_; }
+  pid_t pid() const { return pid_; }
+  std::optional<int> exit_code() const { return exit_code_; }
+
+  // True once the child has ended (and been reaped).
+  bool poll() {
+    if (exit_code_) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return true;
+    }
+    return false;
+  }
+  void kill() {
+    if (exit_code_ || pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    exit_code_ = 128 + SIGKILL;
+    killed_ = true;
+  }
+  bool killed() const { return killed_; }
+
+ private:
+  std::string name_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+  bool killed_ = false;
+};
+
+std::optional<NodePart> read_part(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    return part_from_json(nlohmann::json::parse(in));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Restores the previous SIGINT/SIGTERM dispositions when the launch ends.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    g_signal = 0;
+    ::sigaction(SIGINT, &action, &old_int_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~SignalGuard() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+}  // namespace
+
+nlohmann::ordered_json part_to_json(const NodePart& p) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["role"] = std::string(role_name(p.role));
+  j["rank"] = p.rank;
+  j["id"] = p.id;
+  j["address"] = p.address;
+  j["completed"] = p.completed;
+  j["failure"] = p.failure;
+  j["checked"] = p.checked;
+  j["violation_count"] = p.violation_count;
+  j["violations"] = ordered_json::array();
+  for (const auto& v : p.violations)
+    j["violations"].push_back({{"invariant", v.invariant}, {"detail", v.detail}});
+  j["iterations"] = ordered_json::array();
+  for (const auto& it : p.iterations)
+    j["iterations"].push_back({{"index", it.index}, {"start_s", it.start_s}, {"end_s", it.end_s}});
+  j["digests"] = ordered_json::object();
+  for (const auto& [key, hex] : p.digests) j["digests"][std::to_string(key)] = hex;
+  j["nodes"] = ordered_json::array();
+  for (const auto& n : p.nodes)
+    j["nodes"].push_back({{"id", n.id},
+                          {"role", std::string(role_name(n.role))},
+                          {"rank", n.rank},
+                          {"address", n.address},
+                          {"host", n.host}});
+  return j;
+}
+
+namespace {
+Role role_from(const std::string& name) {
+  return name == "server"      ? Role::kServer
+         : name == "worker"    ? Role::kWorker
+         : name == "validator" ? Role::kValidator
+                               : Role::kScheduler;
+}
+}  // namespace
+
+NodePart part_from_json(const nlohmann::json& j) {
+  NodePart p;
+  p.role = role_from(j.at("role").get<std::string>());
+  p.rank = j.at("rank");
+  p.id = j.at("id");
+  p.address = j.at("address").get<std::string>();
+  p.completed = j.at("completed");
+  p.failure = j.at("failure").get<std::string>();
+  p.checked = j.at("checked");
+  p.violation_count = j.at("violation_count");
+  for (const auto& v : j.at("violations")) p.violations.push_back({v.at("invariant"), v.at("detail")});
+  for (const auto& it : j.at("iterations"))
+    p.iterations.push_back({it.at("index"), it.at("start_s"), it.at("end_s")});
+  for (const auto& [key, hex] : j.at("digests").items()) p.digests[std::stoull(key)] = hex.get<std::string>();
+  for (const auto& n : j.at("nodes")) {
+    NodeInfo info;
+    info.id = n.at("id");
+    info.role = role_from(n.at("role").get<std::string>());
+    info.rank = n.at("rank");
+    info.address = n.at("address").get<std::string>();
+    info.host = n.at("host").get<std::string>();
+    p.nodes.push_back(info);
+  }
+  return p;
+}
+
+std::string run_replay_command(const Scenario& scenario) {
+  std::string command =
+      "pstwin run " + shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path);
+  for (const auto& [field, value] : scenario.overrides)
+    command += " --set " + shell_quote(field + "=" + value);
+  return command;
+}
+
+RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, const std::string& failure) {
+  RunReport report;
+  report.scenario = sc.name;
+  report.backend = "real";
+  report.seed = sc.seed;
+  std::map<std::uint32_t, double> slowest;
+  std::map<std::uint64_t, std::string> digests;
+  std::ostringstream failures;
+  if (!failure.empty()) failures << failure;
+  for (const auto& part : parts) {
+    const std::string name = node_name(part);
+    if (!part.completed && failure.empty())
+      failures << (failures.tellp() > 0 ? "; " : "") << name << ": " << part.failure;
+    report.invariants_checked += part.checked;
+    report.violation_count += part.violation_count;
+    for (const auto& v : part.violations) report.violations.push_back({v.invariant, name + ": " + v.detail});
+    for (const auto& it : part.iterations) {
+      auto& s = slowest[it.index];
+      s = std::max(s, it.end_s - it.start_s);
+    }
+    for (const auto& [key, hex] : part.digests) digests[key] = hex;
+    if (part.role == Role::kScheduler) report.nodes = part.nodes;
+  }
+  for (const auto& [index, seconds] : slowest)
+    report.iterations.push_back({static_cast<int>(index), seconds});
+  // Exactly RunRecorder::fill.
+  Digest digest;
+  for (const auto& [key, hex] : digests) {
+    digest.update_u64(key);
+    digest.update(std::as_bytes(std::span(hex.data(), hex.size())));
+  }
+  report.model_digest = digests.empty() ? "" : digest.hex();
+  report.failure = failures.str();
+  report.completed = report.failure.empty();
+  if (!report.completed) {
+    report.violations.push_back({"run", report.failure});
+    ++report.violation_count;
+  }
+  report.replay = run_replay_command(sc);
+  return report;
+}
+
+RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
+  const auto wall_start = Clock::now();
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  const std::string binary = options.binary.empty() ? std::string("/proc/self/exe") : options.binary;
+  std::filesystem::create_directories(options.parts_dir);
+  for (const auto& entry : std::filesystem::directory_iterator(options.parts_dir))
+    if (entry.path().extension() == ".json" || entry.path().extension() == ".log")
+      std::filesystem::remove(entry.path());
+
+  // The environment of every node: this process's, without BytePS/ps-lite variables, plus the job's.
+  std::vector<std::string> base_env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    if (entry.starts_with("DMLC_") || entry.starts_with("BYTEPS_") || entry.starts_with("PS_")) continue;
+    base_env.push_back(entry);
+  }
+  const int port = free_port();
+  base_env.insert(base_env.end(), {"DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=" + std::to_string(port),
+                                   "DMLC_NUM_WORKER=" + std::to_string(sc.roles.workers),
+                                   "DMLC_NUM_SERVER=" + std::to_string(sc.roles.servers), "PS_VERBOSE=0",
+                                   "BYTEPS_FORCE_DISTRIBUTED=1"});
+
+  struct Spec {
+    std::string name;
+    std::string role;
+    int worker_id = -1;
+  };
+  std::vector<Spec> specs{{"scheduler", "scheduler"}};
+  // A server's rank comes from the scheduler: the file is named by spawn order.
+  for (int s = 0; s < sc.roles.servers; ++s) specs.push_back({"server" + std::to_string(s), "server"});
+  for (int w = 0; w < sc.roles.workers; ++w) specs.push_back({"worker" + std::to_string(w), "worker", w});
+
+  const std::filesystem::path dir(options.parts_dir);
+  log("scheduler on 127.0.0.1:" + std::to_string(port) + ", node reports and logs in " + options.parts_dir);
+  const SignalGuard signals;
+  std::vector<std::unique_ptr<Child>> children;  // destroyed (killed and reaped) on any exit path
+  for (const auto& spec : specs) {
+    std::vector<std::string> env = base_env;
+    env.push_back("DMLC_ROLE=" + spec.role);
+    if (spec.worker_id >= 0) env.push_back("DMLC_WORKER_ID=" + std::to_string(spec.worker_id));
+    std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
+                                  (dir / (spec.name + ".json")).string()};
+    for (const auto& set : options.sets) args.insert(args.end(), {"--set", set});
+    children.push_back(
+        std::make_unique<Child>(spec.name, binary, args, env, (dir / (spec.name + ".log")).string()));
+    log("started " + spec.name + " (pid " + std::to_string(children.back()->pid()) + ")");
+  }
+
+  const double timeout_s = std::min(sc.sim.max_time_s, 300.0);
+  const auto deadline =
+      wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  std::string failure;
+  auto kill_all = [&] {
+    for (auto& child : children) child->kill();
+  };
+  // A killed node cannot unlink its shared-memory staging objects: remove what this job left.
+  auto remove_staging = [&] {
+    std::error_code ignored;
+    const std::string prefix = "pstwin_" + std::to_string(port) + "_";
+    for (std::filesystem::directory_iterator it("/dev/shm", ignored), end; !ignored && it != end;
+         it.increment(ignored))
+      if (it->path().filename().string().starts_with(prefix)) std::filesystem::remove(it->path(), ignored);
+  };
+  for (;;) {
+    if (g_signal != 0) {
+      const int sig = g_signal;
+      kill_all();
+      remove_staging();
+      log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
+      std::exit(128 + sig);
+    }
+    bool all_done = true;
+    for (auto& child : children) {
+      if (!child->poll()) {
+        all_done = false;
+        continue;
+      }
+      const int code = *child->exit_code();
+      if (code == 0 || child->killed() || !failure.empty()) continue;
+      // Exit status 1 with a completed report is a node that saw violations: the job goes on.
+      const auto part = read_part((dir / (child->name() + ".json")).string());
+      if (code == 1 && part && part->completed) continue;
+      failure = child->name() + " failed with exit status " + std::to_string(code) + " (see " +
+                (dir / (child->name() + ".log")).string() + ")";
+      log(failure + ": killing every node");
+    }
+    if (!failure.empty()) {
+      kill_all();
+      break;
+    }
+    if (all_done) break;
+    if (Clock::now() >= deadline) {
+      failure = "wall-clock timeout of " + std::to_string(timeout_s) + " s before every node ended";
+      log(failure + ": killing every node");
+      kill_all();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  children.clear();
+  remove_staging();
+
+  std::vector<NodePart> parts;
+  for (const auto& spec : specs) {
+    auto part = read_part((dir / (spec.name + ".json")).string());
+    if (part)
+      parts.push_back(std::move(*part));
+    else if (failure.empty())
+      failure = spec.name + " wrote no report (see " + (dir / (spec.name + ".log")).string() + ")";
+  }
+  RunReport report = merge_parts(sc, parts, failure);
+  report.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  report.run_time_s = report.wall_s;
+  return report;
+}
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,51 @@
+// `pstwin run`: a whole real job as local processes. Spawns one `pstwin node` process per node (the
+// scheduler, the servers, the workers) on 127.0.0.1 with the BytePS/ps-lite environment, waits for
+// them, and merges what each wrote with `--report` into one RunReport (backend "real").
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "realnet/node_run.hpp"
+#include "report/run_report.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin::realnet {
+
+// The JSON `pstwin node --report PATH` writes, and back.
+nlohmann::ordered_json part_to_json(const NodePart& part);
+NodePart part_from_json(const nlohmann::json& json);
+
+// One child process as the launcher saw it.
+struct ChildOutcome {
+  std::string name;     // "scheduler", "server0", "worker1", ...
+  int exit_code = -1;   // the exit status, 128 + signal if killed, -1 if it never ended on its own
+  std::string failure;  // "" when it ended with status 0
+};
+
+// Merges the parts into a report as RunRecorder::fill and run_local do: iterations are per index the
+// slowest worker's duration, invariant counts are sums, violations name their node, and the model
+// digest combines the per-key digests exactly as RunRecorder::fill does. `failure` non-empty: the job
+// as a whole failed (a child failed, a timeout or a signal).
+RunReport merge_parts(const Scenario& scenario, const std::vector<NodePart>& parts,
+                      const std::string& failure);
+
+struct JobRunOptions {
+  std::string binary;                           // the pstwin executable to spawn ("" = /proc/self/exe)
+  std::string scenario_path;                    // passed to every node as --scenario
+  std::vector<std::string> sets;                // FIELD=VALUE, passed to every node as --set
+  std::string parts_dir;                        // <role><rank>.json and <role><rank>.log go here
+  std::function<void(const std::string&)> log;  // progress lines; null: none
+};
+
+// Runs the job; never leaves a child running. SIGINT/SIGTERM to this process kill every child and
+// then exit this process with status 128 + signal.
+RunReport run_job(const Scenario& scenario, const JobRunOptions& options);
+
+// `pstwin run FILE --set ...`, reproducing the scenario as loaded (quoted for a shell).
+std::string run_replay_command(const Scenario& scenario);
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,250 @@
+// `pstwin run`: a whole real job as local `pstwin node` processes, through the real binary. Its
+// results.json must match the simulator's where the promise is exact (the sync model digest), and
+// no child may outlive the launcher, however the launch ends.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace pstwin {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A temporary directory removed at the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& what)
+      : path_(std::filesystem::temp_directory_path() /
+              ("pstwin-run-" + std::to_string(::getpid()) + "-" + what)) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// `pstwin ARGS...` run from the source tree, stdout and stderr captured in a file; SIGKILLed and
+// reaped if the test ends while it still runs.
+class Pstwin {
+ public:
+  Pstwin(const std::vector<std::string>& args, std::filesystem::path output) : output_(std::move(output)) {
+    std::vector<std::string> argv_text{PSTWIN_BINARY};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    posix_spawn_file_actions_addchdir_np(&actions, PSTWIN_SOURCE_DIR);
+    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+  }
+  ~Pstwin() {
+    if (!exit_code_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  Pstwin(const Pstwin&) = delete;
+  Pstwin& operator=(const Pstwin&) = delete;
+
+  pid_t pid() const { return pid_; }
+  std::optional<int> wait_until(Clock::time_point deadline) {
+    while (!exit_code_) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_)
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      else if (Clock::now() >= deadline)
+        return std::nullopt;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exit_code_;
+  }
+  std::string output() const { return read_text(output_); }
+
+ private:
+  std::filesystem::path output_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+nlohmann::json results(const std::filesystem::path& dir) {
+  return nlohmann::json::parse(read_text(dir / "results.json"));
+}
+
+std::vector<std::string> run_args(const std::string& scenario, const std::filesystem::path& out,
+                                  const std::vector<std::string>& sets, bool quiet = true) {
+  std::vector<std::string> args{"run", scenario, "--out", out.string()};
+  if (quiet) args.push_back("-q");
+  for (const auto& set : sets) args.insert(args.end(), {"--set", set});
+  return args;
+}
+
+TEST(Run, QuickstartWritesRealResults) {
+  TempDir dir("quickstart");
+  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "out", {"workload.iterations=2"}),
+             dir.path() / "log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  const auto r = results(dir.path() / "out");
+  EXPECT_EQ(r["backend"], "real");
+  EXPECT_TRUE(r["completed"].get<bool>());
+  ASSERT_EQ(r["iterations"].size(), 2u);
+  for (const auto& it : r["iterations"]) EXPECT_GT(it["time_s"].get<double>(), 0);
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+  EXPECT_GT(r["invariants"]["checked"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(r["nodes"].size(), 6u);  // 2 servers + 4 workers, as in sim
+  EXPECT_EQ(r["replay"], "pstwin run scenarios/quickstart.toml --set workload.iterations=2");
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "out" / "resolved.toml"));
+  EXPECT_NE(run.output().find("0 violated"), std::string::npos) << run.output();
+}
+
+// The core promise: sync mode, real payloads, fixed summation order => the same final model.
+TEST(Run, SameModelDigestAsSim) {
+  TempDir dir("digest");
+  Pstwin sim({"sim", "scenarios/quickstart.toml", "-q", "--set", "workload.iterations=2", "--out",
+              (dir.path() / "sim").string()},
+             dir.path() / "sim.log");
+  ASSERT_EQ(sim.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << sim.output();
+  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "run", {"workload.iterations=2"}),
+             dir.path() / "run.log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  const std::string digest = results(dir.path() / "sim")["model_digest"];
+  EXPECT_FALSE(digest.empty());
+  EXPECT_EQ(results(dir.path() / "run")["model_digest"], digest);
+}
+
+TEST(Run, CrossedLinePerRankIsClean) {
+  TempDir dir("crossed");
+  Pstwin run(run_args("scenarios/crossed_line.toml", dir.path() / "out", {}), dir.path() / "log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  const auto r = results(dir.path() / "out");
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+  EXPECT_EQ(r["nodes"].size(), 3u);
+}
+
+// The real race between two worker processes: with legacy naming both stage key k in one shared-memory
+// object and the server sums the wrong bytes (10 of 10 runs showed it when this test was written).
+TEST(Run, CrossedLineLegacyNamingShowsViolations) {
+  TempDir dir("crossed-legacy");
+  Pstwin run(run_args("scenarios/crossed_line.toml", dir.path() / "out", {"staging.naming=legacy-key-only"}),
+             dir.path() / "log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 1) << run.output();
+  const auto r = results(dir.path() / "out");
+  EXPECT_TRUE(r["completed"].get<bool>());
+  EXPECT_GT(r["invariants"]["violation_count"].get<std::uint64_t>(), 0u);
+}
+
+// The pids `pstwin run` reports on stderr ("started worker1 (pid 123)"), once all `count` are up.
+std::map<std::string, pid_t> wait_for_pids(const Pstwin& run, std::size_t count, Clock::time_point deadline) {
+  const std::regex started(R"(started (\w+) \(pid (\d+)\))");
+  std::map<std::string, pid_t> pids;
+  while (Clock::now() < deadline) {
+    pids.clear();
+    const std::string text = run.output();
+    for (std::sregex_iterator it(text.begin(), text.end(), started), end; it != end; ++it)
+      pids[(*it)[1]] = static_cast<pid_t>(std::stol((*it)[2]));
+    if (pids.size() == count) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pids;
+}
+
+bool gone(pid_t pid) {
+  return ::kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+// Shared-memory staging objects left by the job whose launcher wrote `output`.
+std::size_t staging_left(const std::string& output) {
+  std::smatch port;
+  if (!std::regex_search(output, port, std::regex(R"(scheduler on 127\.0\.0\.1:(\d+))")))
+    return 9999;  // no port: fail
+  std::size_t left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    left += entry.path().filename().string().starts_with("pstwin_" + port[1].str() + "_");
+  return left;
+}
+
+// A long job (quickstart, many iterations) that the tests end early.
+const std::vector<std::string> kLong{"workload.iterations=100000"};
+
+TEST(Run, AFailedNodeEndsTheJobAndNoChildOutlivesIt) {
+  TempDir dir("killed");
+  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "out", kLong, /*quiet=*/false),
+             dir.path() / "log");
+  const auto pids = wait_for_pids(run, 7, Clock::now() + std::chrono::seconds(20));
+  ASSERT_EQ(pids.size(), 7u) << run.output();
+  ASSERT_TRUE(pids.contains("worker1")) << run.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pids.at("worker1"), SIGKILL);
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(30)), 1) << run.output();
+  EXPECT_NE(run.output().find("worker1 failed with exit status 137"), std::string::npos) << run.output();
+  for (const auto& [name, pid] : pids) EXPECT_TRUE(gone(pid)) << name << " (pid " << pid << ") still exists";
+  EXPECT_EQ(staging_left(run.output()), 0u) << run.output();
+  const auto r = results(dir.path() / "out");
+  EXPECT_FALSE(r["completed"].get<bool>());
+}
+
+TEST(Run, SigtermKillsEveryNode) {
+  TempDir dir("sigterm");
+  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "out", kLong, /*quiet=*/false),
+             dir.path() / "log");
+  const auto pids = wait_for_pids(run, 7, Clock::now() + std::chrono::seconds(20));
+  ASSERT_EQ(pids.size(), 7u) << run.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(run.pid(), SIGTERM);
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(30)), 128 + SIGTERM) << run.output();
+  for (const auto& [name, pid] : pids) EXPECT_TRUE(gone(pid)) << name << " (pid " << pid << ") still exists";
+  EXPECT_EQ(staging_left(run.output()), 0u) << run.output();
+}
+
+TEST(Run, BadScenarioFieldIsBadInput) {
+  TempDir dir("bad");
+  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "out", {"workload.iterashuns=2"}),
+             dir.path() / "log");
+  EXPECT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(20)), 2) << run.output();
+}
+
+}  // namespace
+}  // namespace pstwin
