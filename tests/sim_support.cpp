@@ -1,13 +1,20 @@
 #include "sim_support.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+extern char** environ;
 
 namespace pstwin::testing {
 
@@ -45,6 +52,52 @@ std::filesystem::path fresh_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& args, std::filesystem::path output,
+                           const std::vector<std::string>& env)
+    : output_(std::move(output)) {
+  std::vector<std::string> argv_text{PSTWIN_BINARY};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<std::string> env_text = env;
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  // Scenario paths are relative: run from the source tree, as a user would.
+  posix_spawn_file_actions_addchdir_np(&actions, PSTWIN_SOURCE_DIR);
+  const int rc =
+      posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), env.empty() ? environ : envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+}
+
+ChildProcess::~ChildProcess() {
+  if (exit_code_) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+}
+
+std::optional<int> ChildProcess::wait_until(std::chrono::steady_clock::time_point deadline) {
+  while (!exit_code_) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_)
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    else if (std::chrono::steady_clock::now() >= deadline)
+      return std::nullopt;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return exit_code_;
 }
 
 }  // namespace pstwin::testing

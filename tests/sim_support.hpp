@@ -1,8 +1,13 @@
 // Helpers for end-to-end tests that run the real pstwin binary.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,5 +25,28 @@ std::string read_text(const std::filesystem::path& path);
 nlohmann::json read_json(const std::filesystem::path& path);
 // A fresh, empty directory under the build tree's temp area, removed at exit of the test process.
 std::filesystem::path fresh_dir(const std::string& name);
+
+// `pstwin ARGS...` as a child process run from the source tree, stdout and stderr captured in
+// `output`. `env` empty: it inherits this process's environment. SIGKILLed and reaped if it still
+// runs when destroyed, so a failing test leaves no process behind.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& args, std::filesystem::path output,
+               const std::vector<std::string>& env = {});
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // The exit status (128 + signal if killed) once it ended before `deadline`; nullopt if it still runs.
+  std::optional<int> wait_until(std::chrono::steady_clock::time_point deadline);
+  std::string output() const { return read_text(output_); }
+  const std::filesystem::path& output_path() const { return output_; }
+
+ private:
+  std::filesystem::path output_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
 
 }  // namespace pstwin::testing

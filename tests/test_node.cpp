@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "realnet/shm_staging.hpp"
+#include "sim_support.hpp"
 
 namespace pstwin {
 namespace {
@@ -58,75 +59,32 @@ class PortHolder {
   int port_ = 0;
 };
 
-// One `pstwin node` child process, its output captured in a file. SIGKILLed and reaped if the test
-// ends (or fails) while it still runs.
-class NodeProcess {
+// One `pstwin node` child process with exactly `env` as its environment, output in a log file
+// removed at the end of the test.
+class NodeProcess : public testing::ChildProcess {
  public:
   NodeProcess(const std::string& name, const Env& env, const std::vector<std::string>& args)
-      : output_(std::filesystem::temp_directory_path() /
-                ("pstwin-node-" + std::to_string(::getpid()) + "-" + name + ".log")) {
-    std::vector<std::string> argv_text{PSTWIN_BINARY, "node"};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    std::vector<std::string> env_text;
-    for (const auto& [k, v] : env) env_text.push_back(k + "=" + v);
-    env_text.push_back("PATH=/usr/bin:/bin");
-    std::vector<char*> argv;
-    for (auto& a : argv_text) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (auto& e : env_text) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    // The scenario path is relative: run from the source tree, as a user would.
-    posix_spawn_file_actions_addchdir_np(&actions, PSTWIN_SOURCE_DIR);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-  }
+      : ChildProcess(node_args(args),
+                     std::filesystem::temp_directory_path() /
+                         ("pstwin-node-" + std::to_string(::getpid()) + "-" + name + ".log"),
+                     env_lines(env)) {}
   ~NodeProcess() {
-    if (!exit_code_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
     std::error_code ignored;
-    std::filesystem::remove(output_, ignored);
-  }
-  NodeProcess(const NodeProcess&) = delete;
-  NodeProcess& operator=(const NodeProcess&) = delete;
-
-  // The exit status once the process ended before `deadline`; nullopt if it still runs (or died by
-  // a signal, reported as 128 + signal).
-  std::optional<int> wait_until(Clock::time_point deadline) {
-    while (!exit_code_) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_)
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      else if (Clock::now() >= deadline)
-        return std::nullopt;
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return exit_code_;
-  }
-
-  std::string output() const {
-    std::ifstream in(output_);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
+    std::filesystem::remove(output_path(), ignored);
   }
 
  private:
-  std::filesystem::path output_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
+  static std::vector<std::string> node_args(const std::vector<std::string>& args) {
+    std::vector<std::string> all{"node"};
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
+  static std::vector<std::string> env_lines(const Env& env) {
+    std::vector<std::string> lines;
+    for (const auto& [k, v] : env) lines.push_back(k + "=" + v);
+    lines.push_back("PATH=/usr/bin:/bin");
+    return lines;
+  }
 };
 
 Env job_env(const std::string& role, int port) {

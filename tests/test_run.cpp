@@ -23,19 +23,14 @@
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "sim_support.hpp"
 
 namespace pstwin {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 // A temporary directory removed at the end of the test.
 class TempDir {
@@ -58,57 +53,7 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// `pstwin ARGS...` run from the source tree, stdout and stderr captured in a file; SIGKILLed and
-// reaped if the test ends while it still runs.
-class Pstwin {
- public:
-  Pstwin(const std::vector<std::string>& args, std::filesystem::path output) : output_(std::move(output)) {
-    std::vector<std::string> argv_text{PSTWIN_BINARY};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_text) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    posix_spawn_file_actions_addchdir_np(&actions, PSTWIN_SOURCE_DIR);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-  }
-  ~Pstwin() {
-    if (!exit_code_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-  Pstwin(const Pstwin&) = delete;
-  Pstwin& operator=(const Pstwin&) = delete;
-
-  pid_t pid() const { return pid_; }
-  std::optional<int> wait_until(Clock::time_point deadline) {
-    while (!exit_code_) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_)
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      else if (Clock::now() >= deadline)
-        return std::nullopt;
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return exit_code_;
-  }
-  std::string output() const { return read_text(output_); }
-
- private:
-  std::filesystem::path output_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
+using Pstwin = testing::ChildProcess;
 
 nlohmann::json results(const std::filesystem::path& dir) {
   return nlohmann::json::parse(read_text(dir / "results.json"));
