@@ -180,27 +180,15 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["digests"] = ordered_json::object();
   for (const auto& [key, hex] : p.digests) j["digests"][std::to_string(key)] = hex;
   j["nodes"] = ordered_json::array();
-  for (const auto& n : p.nodes)
-    j["nodes"].push_back({{"id", n.id},
-                          {"role", std::string(role_name(n.role))},
-                          {"rank", n.rank},
-                          {"address", n.address},
-                          {"host", n.host}});
+  for (const auto& n : p.nodes) j["nodes"].push_back(node_info_json(n));
   return j;
 }
 
-namespace {
-Role role_from(const std::string& name) {
-  return name == "server"      ? Role::kServer
-         : name == "worker"    ? Role::kWorker
-         : name == "validator" ? Role::kValidator
-                               : Role::kScheduler;
-}
-}  // namespace
-
 NodePart part_from_json(const nlohmann::json& j) {
   NodePart p;
-  p.role = role_from(j.at("role").get<std::string>());
+  const auto role = role_from_name(j.at("role").get<std::string>());
+  if (!role) throw std::runtime_error("role: unknown role " + j.at("role").dump());
+  p.role = *role;
   p.rank = j.at("rank");
   p.id = j.at("id");
   p.address = j.at("address").get<std::string>();
@@ -212,24 +200,8 @@ NodePart part_from_json(const nlohmann::json& j) {
   for (const auto& it : j.at("iterations"))
     p.iterations.push_back({it.at("index"), it.at("start_s"), it.at("end_s")});
   for (const auto& [key, hex] : j.at("digests").items()) p.digests[std::stoull(key)] = hex.get<std::string>();
-  for (const auto& n : j.at("nodes")) {
-    NodeInfo info;
-    info.id = n.at("id");
-    info.role = role_from(n.at("role").get<std::string>());
-    info.rank = n.at("rank");
-    info.address = n.at("address").get<std::string>();
-    info.host = n.at("host").get<std::string>();
-    p.nodes.push_back(info);
-  }
+  for (const auto& n : j.at("nodes")) p.nodes.push_back(node_info_from_json(n));
   return p;
-}
-
-std::string run_replay_command(const Scenario& scenario) {
-  std::string command =
-      "pstwin run " + shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path);
-  for (const auto& [field, value] : scenario.overrides)
-    command += " --set " + shell_quote(field + "=" + value);
-  return command;
 }
 
 RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, const std::string& failure) {
@@ -270,7 +242,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     report.violations.push_back({"run", report.failure});
     ++report.violation_count;
   }
-  report.replay = run_replay_command(sc);
+  report.replay = replay_command(sc, std::nullopt, "run");
   return report;
 }
 

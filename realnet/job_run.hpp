@@ -45,7 +45,4 @@ struct JobRunOptions {
 // then exit this process with status 128 + signal.
 RunReport run_job(const Scenario& scenario, const JobRunOptions& options);
 
-// `pstwin run FILE --set ...`, reproducing the scenario as loaded (quoted for a shell).
-std::string run_replay_command(const Scenario& scenario);
-
 }  // namespace pstwin::realnet

@@ -16,4 +16,10 @@ std::string_view role_name(Role role) {
   return "unknown";
 }
 
+std::optional<Role> role_from_name(std::string_view name) {
+  for (Role role : {Role::kScheduler, Role::kServer, Role::kWorker, Role::kValidator})
+    if (role_name(role) == name) return role;
+  return std::nullopt;
+}
+
 }  // namespace pstwin

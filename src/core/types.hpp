@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace pstwin {
@@ -15,5 +16,7 @@ inline constexpr NodeId kSchedulerId = 1;
 enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2, kValidator = 3 };
 
 std::string_view role_name(Role role);
+// The inverse of role_name; nullopt for any other text.
+std::optional<Role> role_from_name(std::string_view name);
 
 }  // namespace pstwin

@@ -36,13 +36,22 @@ double RunReport::mean_iteration_s() const {
   return total / static_cast<double>(iterations.size());
 }
 
-std::string replay_command(const Scenario& scenario, std::uint64_t seed) {
-  std::string command = "pstwin sim " +
-                        shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path) +
-                        " --seed " + std::to_string(seed);
+std::string replay_command(const Scenario& scenario, std::optional<std::uint64_t> seed,
+                           std::string_view subcommand) {
+  std::string command = "pstwin " + std::string(subcommand) + " " +
+                        shell_quote(scenario.source_path.empty() ? "SCENARIO" : scenario.source_path);
+  if (seed) command += " --seed " + std::to_string(*seed);
   for (const auto& [field, value] : scenario.overrides)
     command += " --set " + shell_quote(field + "=" + value);
   return command;
+}
+
+nlohmann::ordered_json node_info_json(const NodeInfo& n) {
+  return {{"id", n.id},
+          {"role", std::string(role_name(n.role))},
+          {"rank", n.rank},
+          {"address", n.address},
+          {"host", n.host}};
 }
 
 nlohmann::ordered_json to_json(const RunReport& r) {
@@ -75,12 +84,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   else
     j["bound"] = nullptr;
   j["nodes"] = ordered_json::array();
-  for (const auto& n : r.nodes)
-    j["nodes"].push_back({{"id", n.id},
-                          {"role", std::string(role_name(n.role))},
-                          {"rank", n.rank},
-                          {"address", n.address},
-                          {"host", n.host}});
+  for (const auto& n : r.nodes) j["nodes"].push_back(node_info_json(n));
   j["run_time_s"] = r.run_time_s;
   j["messages"] = r.messages;
   j["message_bytes"] = r.message_bytes;
@@ -106,19 +110,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
   r.model_digest = j.at("model_digest").get<std::string>();
   if (!j.at("bound").is_null()) r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula")};
-  for (const auto& n : j.at("nodes")) {
-    NodeInfo info;
-    info.id = n.at("id");
-    const auto role = n.at("role").get<std::string>();
-    info.role = role == "server"      ? Role::kServer
-                : role == "worker"    ? Role::kWorker
-                : role == "validator" ? Role::kValidator
-                                      : Role::kScheduler;
-    info.rank = n.at("rank");
-    info.address = n.at("address");
-    info.host = n.at("host");
-    r.nodes.push_back(info);
-  }
+  for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");
   r.message_bytes = j.at("message_bytes");

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,8 +77,25 @@ std::string trace_json(const RunReport& report);                 // Chrome trace
 // `text` quoted for a POSIX shell (unchanged when it needs no quoting).
 std::string shell_quote(const std::string& text);
 
-// `pstwin sim FILE --seed N --set k=v ...`, reproducing the scenario as loaded (quoted for a shell).
-std::string replay_command(const Scenario& scenario, std::uint64_t seed);
+// `pstwin SUBCOMMAND FILE [--seed N] --set k=v ...`, reproducing the scenario as loaded (quoted for
+// a shell); no --seed when `seed` is empty.
+std::string replay_command(const Scenario& scenario, std::optional<std::uint64_t> seed,
+                           std::string_view subcommand = "sim");
+
+// One node-table entry as results.json and node reports write it, and back (throws on a bad role).
+nlohmann::ordered_json node_info_json(const NodeInfo& info);
+template <class Json>
+NodeInfo node_info_from_json(const Json& j) {
+  NodeInfo info;
+  info.id = j.at("id");
+  const auto role = role_from_name(j.at("role").template get<std::string>());
+  if (!role) throw std::runtime_error("node.role: unknown role " + j.at("role").dump());
+  info.role = *role;
+  info.rank = j.at("rank");
+  info.address = j.at("address").template get<std::string>();
+  info.host = j.at("host").template get<std::string>();
+  return info;
+}
 
 // Writes results.json, trace.json (if the scenario asks for it) and resolved.toml into `dir`.
 void write_outputs(const RunReport& report, const Scenario& scenario, const std::string& dir);
