@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "core/digest.hpp"
+#include "realnet/netns_cluster.hpp"
 
 extern char** environ;
 
@@ -59,10 +61,11 @@ std::string node_name(const NodePart& part) {
 
 // One spawned `pstwin node`: SIGKILLed and reaped when it goes out of scope still running. The child
 // also dies with the launcher (PR_SET_PDEATHSIG), should the launcher itself be SIGKILLed.
+// `netns_fd` >= 0: the child enters that network namespace before it runs.
 class Child {
  public:
   Child(std::string name, const std::string& binary, const std::vector<std::string>& args,
-        const std::vector<std::string>& env, const std::string& log_path)
+        const std::vector<std::string>& env, const std::string& log_path, int netns_fd = -1)
       : name_(std::move(name)) {
     std::vector<std::string> argv_text{binary, "node"};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
@@ -85,6 +88,7 @@ class Child {
         ::dup2(fd, STDOUT_FILENO);
         ::dup2(fd, STDERR_FILENO);
       }
+      if (netns_fd >= 0 && ::setns(netns_fd, CLONE_NEWNET) != 0) ::_exit(126);
       ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
@@ -158,6 +162,35 @@ class SignalGuard {
   struct sigaction old_term_ {};
 };
 
+// Without namespaces every byte crosses loopback: each scenario host's `.up`/`.down` stand for the
+// message bytes its nodes sent/received (same-host traffic included, which the simulator leaves out).
+std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<NodePart>& parts,
+                                      double seconds) {
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_host;
+  for (const auto& part : parts) {
+    if (part.rank < 0 && part.role != Role::kScheduler) continue;  // never joined: no host
+    const std::string host = part.role == Role::kScheduler ? sc.scheduler_host_name()
+                             : part.role == Role::kServer  ? sc.server_host_name(part.rank)
+                                                           : sc.worker_host_name(part.rank);
+    by_host[host].first += part.bytes_sent;
+    by_host[host].second += part.bytes_received;
+  }
+  std::vector<LinkUsage> links;
+  for (int h = 0; h < sc.host_count(); ++h) {
+    const std::string name = sc.host_name(h);
+    const auto it = sc.cluster.host_links.find(name);
+    const double bw =
+        it != sc.cluster.host_links.end() ? it->second.bandwidth_Bps : sc.cluster.host_bandwidth_Bps;
+    const auto [up, down] = by_host[name];
+    auto util = [&](std::uint64_t bytes) {
+      return seconds > 0 ? static_cast<double>(bytes) / (bw * seconds) : 0;
+    };
+    links.push_back({name + ".up", up, bw, util(up)});
+    links.push_back({name + ".down", down, bw, util(down)});
+  }
+  return links;
+}
+
 }  // namespace
 
 nlohmann::ordered_json part_to_json(const NodePart& p) {
@@ -181,6 +214,8 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   for (const auto& [key, hex] : p.digests) j["digests"][std::to_string(key)] = hex;
   j["nodes"] = ordered_json::array();
   for (const auto& n : p.nodes) j["nodes"].push_back(node_info_json(n));
+  j["bytes_sent"] = p.bytes_sent;
+  j["bytes_received"] = p.bytes_received;
   return j;
 }
 
@@ -201,6 +236,8 @@ NodePart part_from_json(const nlohmann::json& j) {
     p.iterations.push_back({it.at("index"), it.at("start_s"), it.at("end_s")});
   for (const auto& [key, hex] : j.at("digests").items()) p.digests[std::stoull(key)] = hex.get<std::string>();
   for (const auto& n : j.at("nodes")) p.nodes.push_back(node_info_from_json(n));
+  p.bytes_sent = j.value("bytes_sent", std::uint64_t{0});
+  p.bytes_received = j.value("bytes_received", std::uint64_t{0});
   return p;
 }
 
@@ -264,35 +301,48 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     if (entry.starts_with("DMLC_") || entry.starts_with("BYTEPS_") || entry.starts_with("PS_")) continue;
     base_env.push_back(entry);
   }
+  // The port also names this job's shared-memory staging objects, so it is picked on this host even
+  // when the nodes run in namespaces of their own.
   const int port = free_port();
-  base_env.insert(base_env.end(), {"DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=" + std::to_string(port),
-                                   "DMLC_NUM_WORKER=" + std::to_string(sc.roles.workers),
-                                   "DMLC_NUM_SERVER=" + std::to_string(sc.roles.servers), "PS_VERBOSE=0",
-                                   "BYTEPS_FORCE_DISTRIBUTED=1"});
+  std::optional<NetnsCluster> cluster;
+  if (options.netns) cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log);
+  const std::string root_uri = cluster ? cluster->host(sc.scheduler_host_name()).address : "127.0.0.1";
+  base_env.insert(
+      base_env.end(),
+      {"DMLC_PS_ROOT_URI=" + root_uri, "DMLC_PS_ROOT_PORT=" + std::to_string(port),
+       "DMLC_NUM_WORKER=" + std::to_string(sc.roles.workers),
+       "DMLC_NUM_SERVER=" + std::to_string(sc.roles.servers), "PS_VERBOSE=0", "BYTEPS_FORCE_DISTRIBUTED=1"});
 
   struct Spec {
     std::string name;
     std::string role;
+    std::string host;  // scenario host: its namespace with --netns
     int worker_id = -1;
   };
-  std::vector<Spec> specs{{"scheduler", "scheduler"}};
+  std::vector<Spec> specs{{"scheduler", "scheduler", sc.scheduler_host_name()}};
   // A server's rank comes from the scheduler: the file is named by spawn order.
-  for (int s = 0; s < sc.roles.servers; ++s) specs.push_back({"server" + std::to_string(s), "server"});
-  for (int w = 0; w < sc.roles.workers; ++w) specs.push_back({"worker" + std::to_string(w), "worker", w});
+  for (int s = 0; s < sc.roles.servers; ++s)
+    specs.push_back({"server" + std::to_string(s), "server", sc.server_host_name(s)});
+  for (int w = 0; w < sc.roles.workers; ++w)
+    specs.push_back({"worker" + std::to_string(w), "worker", sc.worker_host_name(w), w});
 
   const std::filesystem::path dir(options.parts_dir);
-  log("scheduler on 127.0.0.1:" + std::to_string(port) + ", node reports and logs in " + options.parts_dir);
+  log("scheduler on " + root_uri + ":" + std::to_string(port) + ", node reports and logs in " +
+      options.parts_dir);
+  const auto spawn_start = Clock::now();
   const SignalGuard signals;
   std::vector<std::unique_ptr<Child>> children;  // destroyed (killed and reaped) on any exit path
   for (const auto& spec : specs) {
     std::vector<std::string> env = base_env;
     env.push_back("DMLC_ROLE=" + spec.role);
     if (spec.worker_id >= 0) env.push_back("DMLC_WORKER_ID=" + std::to_string(spec.worker_id));
+    if (cluster) env.push_back("DMLC_NODE_HOST=" + cluster->host(spec.host).address);
     std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
                                   (dir / (spec.name + ".json")).string()};
     for (const auto& set : options.sets) args.insert(args.end(), {"--set", set});
-    children.push_back(
-        std::make_unique<Child>(spec.name, binary, args, env, (dir / (spec.name + ".log")).string()));
+    children.push_back(std::make_unique<Child>(spec.name, binary, args, env,
+                                               (dir / (spec.name + ".log")).string(),
+                                               cluster ? cluster->netns_fd(spec.host) : -1));
     log("started " + spec.name + " (pid " + std::to_string(children.back()->pid()) + ")");
   }
 
@@ -316,6 +366,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       const int sig = g_signal;
       kill_all();
       remove_staging();
+      cluster.reset();  // std::exit runs no destructors of this frame
       log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
       std::exit(128 + sig);
     }
@@ -349,6 +400,12 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   }
   children.clear();
   remove_staging();
+  const double job_s = std::chrono::duration<double>(Clock::now() - spawn_start).count();
+  std::vector<LinkUsage> links;
+  if (cluster) {
+    links = cluster->link_usage(job_s);
+    cluster.reset();
+  }
 
   std::vector<NodePart> parts;
   for (const auto& spec : specs) {
@@ -361,6 +418,12 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   RunReport report = merge_parts(sc, parts, failure);
   report.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
   report.run_time_s = report.wall_s;
+  if (options.netns) {
+    report.links = std::move(links);
+    report.emulation = netns_emulation();
+  } else {
+    report.links = loopback_links(sc, parts, job_s);
+  }
   return report;
 }
 

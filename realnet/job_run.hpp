@@ -34,15 +34,16 @@ RunReport merge_parts(const Scenario& scenario, const std::vector<NodePart>& par
                       const std::string& failure);
 
 struct JobRunOptions {
-  std::string binary;                           // the pstwin executable to spawn ("" = /proc/self/exe)
-  std::string scenario_path;                    // passed to every node as --scenario
-  std::vector<std::string> sets;                // FIELD=VALUE, passed to every node as --set
-  std::string parts_dir;                        // <role><rank>.json and <role><rank>.log go here
+  std::string binary;             // the pstwin executable to spawn ("" = /proc/self/exe)
+  std::string scenario_path;      // passed to every node as --scenario
+  std::vector<std::string> sets;  // FIELD=VALUE, passed to every node as --set
+  std::string parts_dir;          // <role><rank>.json and <role><rank>.log go here
+  bool netns = false;  // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };
 
-// Runs the job; never leaves a child running. SIGINT/SIGTERM to this process kill every child and
-// then exit this process with status 128 + signal.
+// Runs the job; never leaves a child running (nor, with `netns`, a namespace: NetnsCluster). SIGINT/SIGTERM
+// to this process kill every child and then exit this process with status 128 + signal.
 RunReport run_job(const Scenario& scenario, const JobRunOptions& options);
 
 }  // namespace pstwin::realnet

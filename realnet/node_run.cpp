@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/codec.hpp"
 #include "core/digest.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
@@ -94,6 +95,23 @@ class NodeStats final : public RunObserver {
   std::function<void(const std::string&)> log_;
 };
 
+// Counts the wire bytes a node receives (what the simulator would carry on its host's `.down`).
+class ReceiveCounter final : public Node {
+ public:
+  explicit ReceiveCounter(std::unique_ptr<Node> inner) : inner_(std::move(inner)) {}
+  void start() override { inner_->start(); }
+  void on_message(Message message) override {
+    bytes_ += kHeaderBytes + message.payload.size();
+    inner_->on_message(std::move(message));
+  }
+  std::string describe_state() const override { return inner_->describe_state(); }
+  std::uint64_t bytes() const { return bytes_; }  // read after the event loop has stopped
+
+ private:
+  std::unique_ptr<Node> inner_;
+  std::uint64_t bytes_ = 0;
+};
+
 std::string label_of(const NodeEnv& env) {
   switch (env.role) {
     case Role::kScheduler:
@@ -129,16 +147,20 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       host, ZmqNodeRuntime::Options{label, 0, sc.seed, env.bind_address(), /*linger_ms=*/1000});
   ZmqNodeRuntime& rt = *runtime;
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
+  std::unique_ptr<Node> protocol;
   switch (env.role) {
     case Role::kScheduler:
-      rt.attach(std::make_unique<Scheduler>(rt, sc, observer));
+      protocol = std::make_unique<Scheduler>(rt, sc, observer);
       break;
     case Role::kServer:
-      rt.attach(std::make_unique<Server>(context, -1, workload));
+      protocol = std::make_unique<Server>(context, -1, workload);
       break;
     default:
-      rt.attach(std::make_unique<Worker>(context, env.worker_id, workload));
+      protocol = std::make_unique<Worker>(context, env.worker_id, workload);
   }
+  auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
+  const ReceiveCounter& received = *counter;
+  rt.attach(std::move(counter));
   if (env.verbose >= 1) log("[pstwin] " + label + ": listening on " + rt.local_address());
   rt.start();
   // Heartbeats and the connect timeout end a stuck job; this only guards against a protocol hang.
@@ -150,7 +172,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
   const std::string state = rt.describe();
   const std::string address = rt.local_address();
+  const std::uint64_t bytes_received = received.bytes();
   runtime.reset();  // joins every thread (and flushes the last replies) before the checks are read
+  RunReport sent;   // LocalHost counts what this node transmitted
+  host.fill(sent);
 
   const bool completed = stopped && !host.failed();
   // The cross-process lost-update check, done per server for the keys it owns.
@@ -208,6 +233,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.iterations = std::move(stats.times);
   part.digests = std::move(stats.digests);
   part.nodes = std::move(stats.nodes);
+  part.bytes_sent = sent.message_bytes;
+  part.bytes_received = bytes_received;
   return result;
 }
 

@@ -40,6 +40,8 @@ struct NodePart {
   std::vector<Iteration> iterations;             // workers: wall times of each iteration
   std::map<std::uint64_t, std::string> digests;  // key -> digest of its final value (see RunRecorder)
   std::vector<NodeInfo> nodes;                   // the scheduler: the node table
+  std::uint64_t bytes_sent = 0;                  // wire bytes (header + payload) of its messages
+  std::uint64_t bytes_received = 0;
 };
 
 struct NodeRunResult {

@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -7,9 +8,11 @@
 #include <map>
 
 #include "realnet/job_run.hpp"
+#include "realnet/netns_cluster.hpp"
 #include "realnet/node_env.hpp"
 #include "realnet/node_run.hpp"
 #include "realnet/zmq_runtime.hpp"
+#include "report/compare.hpp"
 #include "report/run_report.hpp"
 #include "scenario/scenario.hpp"
 #include "sim/simulation.hpp"
@@ -132,12 +135,39 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
   job.scenario_path = std::filesystem::absolute(common.scenario_path).string();
   job.sets = common.sets;
   job.parts_dir = out_dir + "/parts";
+  job.netns = options.netns;
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
-  const RunReport report = realnet::run_job(scenario, job);
+  RunReport report;
+  try {
+    report = realnet::run_job(scenario, job);
+  } catch (const realnet::NetnsError& e) {
+    std::cerr << "pstwin: " << e.what() << "\n";  // this machine cannot make the cluster: bad input
+    return 2;
+  }
   write_outputs(report, scenario, out_dir);
   std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
             << (scenario.output.trace ? ", trace.json (no spans)" : "") << ", resolved.toml, parts/\n";
   return report.ok() ? 0 : 1;
+}
+
+int run_compare(const CompareOptions& options) {
+  RunReport sim;
+  RunReport real;
+  try {
+    sim = load_results(options.sim_dir);
+    real = load_results(options.real_dir);
+  } catch (const std::runtime_error& e) {
+    std::cerr << "pstwin compare: " << e.what() << "\n";
+    return 2;
+  }
+  const Comparison comparison = compare_reports(sim, real);
+  std::cout << comparison_text(comparison);
+  if (options.tolerance <= 0) return 0;
+  const auto error = comparison.mean_iteration.relative_error();
+  if (error && std::abs(*error) <= options.tolerance) return 0;
+  std::cout << "mean iteration time " << (error ? "differs by more than " : "cannot be compared within ")
+            << options.tolerance * 100 << " %\n";
+  return 1;
 }
 
 }  // namespace pstwin::cli

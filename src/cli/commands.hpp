@@ -34,6 +34,13 @@ struct NodeOptions {
 
 struct RunOptions {
   std::string out_dir;  // "" = pstwin-out/<scenario name>
+  bool netns = false;   // one network namespace per scenario host, links shaped with tc (root only)
+};
+
+struct CompareOptions {
+  std::string sim_dir;   // holds the sim's results.json
+  std::string real_dir;  // holds the real run's results.json
+  double tolerance = 0;  // > 0: exit 1 when the mean iteration time differs by more (relative)
 };
 
 int run_sim(const CommonOptions& common, const SimOptions& options);
@@ -44,6 +51,9 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options);
 int run_node(const CommonOptions& common, const NodeOptions& options);
 // A whole real job as local `pstwin node` processes on 127.0.0.1; writes the same outputs as sim.
 int run_job(const CommonOptions& common, const RunOptions& options);
+
+// Side by side: per-iteration time, per-link bytes and utilisation, relative errors (src/report/compare.hpp).
+int run_compare(const CompareOptions& options);
 
 // "a.b=c" -> {"a.b", "c"}; throws ScenarioError naming the argument when there is no '='.
 std::pair<std::string, std::string> split_override(const std::string& text);

@@ -70,6 +70,23 @@ int main(int argc, char** argv) {
       "same results.json as sim");
   add_common(run);
   run->add_option("--out", run_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
+  run->add_flag("--netns", run_options.netns,
+                "each scenario host in its own network namespace, veth links shaped with tc tbf to its "
+                "bandwidth (root; latency is not emulated); everything made is removed on exit");
+
+  CompareOptions compare_options;
+  auto* compare = app.add_subcommand(
+      "compare", "compare a simulated and a real run of one scenario: iteration times, link bytes, errors");
+  compare->add_option("SIM_DIR", compare_options.sim_dir, "directory with the sim's results.json")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  compare->add_option("REAL_DIR", compare_options.real_dir, "directory with the real run's results.json")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  compare
+      ->add_option("--tolerance", compare_options.tolerance,
+                   "exit 1 if the mean iteration times differ by more than this fraction, e.g. 0.1")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
@@ -82,6 +99,7 @@ int main(int argc, char** argv) {
     if (*explore) return run_explore(common, explore_options);
     if (*node) return run_node(common, node_options);
     if (*run) return run_job(common, run_options);
+    if (*compare) return run_compare(compare_options);
   } catch (const pstwin::ScenarioError& e) {
     std::cerr << "pstwin: " << e.what() << "\n";
     return 2;

@@ -78,6 +78,10 @@ nlohmann::ordered_json to_json(const RunReport& r) {
                           {"bytes", l.bytes},
                           {"bandwidth_Bps", l.bandwidth_Bps},
                           {"utilization", l.utilization}});
+  if (r.emulation)
+    j["network_emulation"] = {{"method", r.emulation->method},
+                              {"latency_emulated", r.emulation->latency_emulated},
+                              {"note", r.emulation->note}};
   j["model_digest"] = r.model_digest;
   if (r.bound)
     j["bound"] = {{"time_s", r.bound->time_s}, {"formula", r.bound->formula}};
@@ -108,6 +112,10 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     r.violations.push_back({v.at("invariant"), v.at("detail")});
   for (const auto& l : j.at("links"))
     r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
+  if (j.contains("network_emulation")) {
+    const auto& e = j["network_emulation"];
+    r.emulation = NetworkEmulation{e.at("method"), e.at("latency_emulated"), e.at("note")};
+  }
   r.model_digest = j.at("model_digest").get<std::string>();
   if (!j.at("bound").is_null()) r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula")};
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
@@ -189,6 +197,10 @@ std::string summary_text(const RunReport& r) {
     if (l.utilization > busiest) busiest = l.utilization, busiest_name = l.name;
   if (!busiest_name.empty())
     out << "  busiest link: " << busiest_name << " at " << busiest * 100 << " % utilisation\n";
+  if (r.emulation)
+    out << "  network: " << r.emulation->method
+        << (r.emulation->latency_emulated ? "" : " (latency NOT emulated: the machine's own applies)")
+        << "\n";
   out << "  model digest: " << r.model_digest << "\n";
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
   for (const auto& v : r.violations) out << "    [" << v.invariant << "] " << v.detail << "\n";

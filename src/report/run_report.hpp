@@ -34,6 +34,13 @@ struct Bound {
   std::string formula;
 };
 
+// How a real run reproduced the scenario's network (absent from sim and plain-loopback reports).
+struct NetworkEmulation {
+  std::string method;             // "netns": `pstwin run --netns`
+  bool latency_emulated = false;  // false: link latency is the machine's, not the scenario's
+  std::string note;
+};
+
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
   int pid = 0;
@@ -55,6 +62,7 @@ struct RunReport {
   std::uint64_t violation_count = 0;
   std::vector<Violation> violations;
   std::vector<LinkUsage> links;
+  std::optional<NetworkEmulation> emulation;
   std::string model_digest;
   std::optional<Bound> bound;
   std::vector<NodeInfo> nodes;

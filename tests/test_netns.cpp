@@ -1,0 +1,165 @@
+// Namespace clusters (`pstwin run --netns`): every scenario host in its own network namespace, links
+// shaped with tbf, offloads off, and nothing left behind however the run ends. Skipped, with the
+// reason, only where this machine cannot make namespaces (not root, no iproute2/ethtool).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "realnet/netns_cluster.hpp"
+#include "scenario/scenario.hpp"
+#include "sim_support.hpp"
+
+namespace pstwin {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using realnet::NetnsCluster;
+
+#define SKIP_WITHOUT_NAMESPACES() \
+  if (const std::string why = NetnsCluster::unavailable_reason(); !why.empty()) GTEST_SKIP() << why
+
+// Namespaces named `prefix*` once they are all gone, or after `limit` (then the test fails).
+std::vector<std::string> left_after(const std::string& prefix, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  auto left = NetnsCluster::namespaces_with_prefix(prefix);
+  while (!left.empty() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    left = NetnsCluster::namespaces_with_prefix(prefix);
+  }
+  return left;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += n + " ";
+  return out;
+}
+
+TEST(Netns, ClusterShapesEveryHostLinkAndRemovesItself) {
+  SKIP_WITHOUT_NAMESPACES();
+  const Scenario sc = parse_scenario(R"(
+name = "netns-shape"
+[cluster]
+host_bandwidth = "100Mbps"
+[cluster.links.h2]
+bandwidth = "40Mbps"
+[roles]
+servers = 1
+workers = 2
+)",
+                                     "test");
+  const std::string prefix = NetnsCluster::prefix_for(::getpid()) + "shape-";
+  {
+    NetnsCluster cluster(sc, prefix);
+    ASSERT_EQ(cluster.hosts().size(), 4u);                               // scheduler, server, two workers
+    EXPECT_EQ(NetnsCluster::namespaces_with_prefix(prefix).size(), 5u);  // and the switch
+    EXPECT_EQ(cluster.host("h0").address, "10.213.100.100");
+    EXPECT_EQ(cluster.host("h3").address, "10.213.100.103");
+    for (const auto& h : cluster.hosts()) {
+      const std::string rate = h.name == "h2" ? "rate 40Mbit" : "rate 100Mbit";
+      // Both directions: the host's eth0 (up) and the switch's port named after the host (down).
+      auto up = testing::run_shell("tc -n " + h.netns + " qdisc show dev eth0");
+      EXPECT_NE(up.output.find("tbf"), std::string::npos) << up.output;
+      EXPECT_NE(up.output.find(rate), std::string::npos) << h.name << ": " << up.output;
+      auto down = testing::run_shell("tc -n " + prefix + "sw qdisc show dev " + h.name);
+      EXPECT_NE(down.output.find(rate), std::string::npos) << h.name << ": " << down.output;
+      auto offloads = testing::run_shell("ip netns exec " + h.netns + " ethtool -k eth0");
+      EXPECT_NE(offloads.output.find("tcp-segmentation-offload: off"), std::string::npos) << offloads.output;
+      EXPECT_NE(offloads.output.find("generic-receive-offload: off"), std::string::npos) << offloads.output;
+    }
+    // Traffic stays inside: the only route is the cluster's own subnet, no default route out.
+    auto route = testing::run_shell("ip -n " + cluster.host("h1").netns + " route");
+    EXPECT_NE(route.output.find("10.213.0.0/16 dev eth0"), std::string::npos) << route.output;
+    EXPECT_EQ(route.output.find("default"), std::string::npos) << route.output;
+    const auto links = cluster.link_usage(1.0);
+    ASSERT_EQ(links.size(), 8u);
+    EXPECT_EQ(links[0].name, "h0.up");
+    EXPECT_EQ(links[5].name, "h2.down");
+    EXPECT_DOUBLE_EQ(links[5].bandwidth_Bps, 5e6);
+  }
+  EXPECT_TRUE(NetnsCluster::namespaces_with_prefix(prefix).empty());
+}
+
+TEST(Netns, RunInNamespacesMeasuresEveryLinkAndLeavesNothing) {
+  SKIP_WITHOUT_NAMESPACES();
+  const auto dir = testing::fresh_dir("netns-run");
+  const auto r = testing::run_pstwin(
+      "run scenarios/quickstart.toml --netns --out " + dir.string() +
+      " --set workload.iterations=2 --set cluster.host_bandwidth=1Gbps --set cluster.host_latency=20us");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("latency NOT emulated"), std::string::npos) << r.output;
+  const auto results = testing::read_json(dir / "results.json");
+  EXPECT_TRUE(results["completed"].get<bool>());
+  EXPECT_EQ(results["invariants"]["violation_count"], 0);
+  EXPECT_FALSE(results["network_emulation"]["latency_emulated"].get<bool>());
+  // Every node ran in its host's namespace, at that host's address.
+  for (const auto& node : results["nodes"])
+    EXPECT_TRUE(node["address"].get<std::string>().starts_with("10.213.")) << node.dump();
+  // Kernel counters of every host link: 7 hosts, up and down. Worker 0 (h3) pushes the 5.3 MB model
+  // twice and pulls it twice, so each direction carries at least that plus TCP/IP framing.
+  ASSERT_EQ(results["links"].size(), 14u);
+  const double model = 4e6 + 1e6 + 256e3 + 64e3;
+  for (const auto& link : results["links"]) {
+    const std::string name = link["name"];
+    if (name.starts_with("h3.")) {
+      EXPECT_GT(link["bytes"].get<double>(), 2 * model) << name;
+      EXPECT_LT(link["bytes"].get<double>(), 2 * model * 1.1) << name;
+      EXPECT_GT(link["utilization"].get<double>(), 0) << name;
+    }
+  }
+  // The launcher names its prefix; once it has exited, nothing with that prefix may remain.
+  std::smatch prefix;
+  const std::regex made(R"(namespace cluster (pstwin-\d+-)\*)");
+  ASSERT_TRUE(std::regex_search(r.output, prefix, made)) << r.output;
+  EXPECT_TRUE(NetnsCluster::namespaces_with_prefix(prefix[1]).empty());
+}
+
+TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
+  SKIP_WITHOUT_NAMESPACES();
+  const auto dir = testing::fresh_dir("netns-killed");
+  for (const bool kill_launcher : {true, false}) {
+    testing::ChildProcess run(
+        {"run", "scenarios/quickstart.toml", "--netns", "--out", (dir / "out").string(), "--set",
+         "workload.iterations=100000", "--set", "cluster.host_bandwidth=1Gbps"},
+        dir / "log");
+    const std::string prefix = NetnsCluster::prefix_for(run.pid());
+    const std::regex started(R"(started worker1 \(pid (\d+)\))");
+    std::smatch worker;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    std::string output;
+    while (Clock::now() < deadline) {
+      output = run.output();
+      if (std::regex_search(output, worker, started)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(std::regex_search(output, worker, started)) << output;
+    EXPECT_EQ(NetnsCluster::namespaces_with_prefix(prefix).size(), 8u) << output;  // 7 hosts + switch
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (kill_launcher) {
+      ::kill(run.pid(), SIGKILL);  // no destructor runs: the reaper must clean up
+      EXPECT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(30)), 128 + SIGKILL);
+    } else {
+      ::kill(static_cast<pid_t>(std::stol(worker[1])), SIGKILL);
+      EXPECT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(30)), 1) << run.output();
+      EXPECT_NE(run.output().find("worker1 failed"), std::string::npos) << run.output();
+    }
+    const auto left = left_after(prefix, std::chrono::seconds(30));
+    EXPECT_TRUE(left.empty()) << (kill_launcher ? "SIGKILLed launcher" : "failed node") << " left "
+                              << joined(left);
+  }
+}
+
+TEST(Netns, BadHostBandwidthIsRefusedBeforeAnyNamespace) {
+  const auto r =
+      testing::run_pstwin("run scenarios/quickstart.toml --netns -q --set cluster.host_bandwidth=fast");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("host_bandwidth"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace pstwin
