@@ -15,16 +15,6 @@
 namespace pstwin::train {
 namespace {
 
-const ImageDataset& train_set() {
-  static const ImageDataset data = load_fashion_mnist(Split::kTrain);
-  return data;
-}
-
-const ImageDataset& test_set() {
-  static const ImageDataset data = load_fashion_mnist(Split::kTest);
-  return data;
-}
-
 std::vector<float> initial_params(const Mlp& model) {
   std::vector<float> params(model.parameter_count());
   RandomStream init(1, "train.init");
@@ -36,8 +26,10 @@ std::vector<float> initial_params(const Mlp& model) {
 void BM_TrainStep(benchmark::State& state) {
   const Mlp model;
   const auto batch = static_cast<std::size_t>(state.range(0));
-  const ShardSet shards = make_shards(train_set().labels(), kFashionMnistClasses, {.workers = 1, .seed = 1});
-  ShardTrainer trainer(model, train_set(), shards.workers[0], batch, RandomStream(1, "train.batches", 0));
+  const ShardSet shards = make_shards(shared_fashion_mnist(Split::kTrain).labels(), kFashionMnistClasses,
+                                      {.workers = 1, .seed = 1});
+  ShardTrainer trainer(model, shared_fashion_mnist(Split::kTrain), shards.workers[0], batch,
+                       RandomStream(1, "train.batches", 0));
   std::vector<float> params = initial_params(model), grad(params.size());
   for (auto _ : state) {
     benchmark::DoNotOptimize(trainer.step(params, grad));
@@ -53,8 +45,10 @@ BENCHMARK(BM_TrainStep)->Arg(32)->Arg(64)->Arg(128)->Unit(benchmark::kMillisecon
 // A step plus SGD on the whole model, as a single-process trainer does it.
 void BM_TrainStepWithSgd(benchmark::State& state) {
   const Mlp model;
-  const ShardSet shards = make_shards(train_set().labels(), kFashionMnistClasses, {.workers = 1, .seed = 1});
-  ShardTrainer trainer(model, train_set(), shards.workers[0], 64, RandomStream(1, "train.batches", 0));
+  const ShardSet shards = make_shards(shared_fashion_mnist(Split::kTrain).labels(), kFashionMnistClasses,
+                                      {.workers = 1, .seed = 1});
+  ShardTrainer trainer(model, shared_fashion_mnist(Split::kTrain), shards.workers[0], 64,
+                       RandomStream(1, "train.batches", 0));
   std::vector<float> params = initial_params(model), grad(params.size()), velocity(params.size());
   const SgdConfig sgd{.learning_rate = 0.02f, .momentum = 0.9f, .weight_decay = 1e-4f};
   for (auto _ : state) {
@@ -84,8 +78,10 @@ void BM_EvaluateTestSet(benchmark::State& state) {
   const Mlp model;
   const std::vector<float> params = initial_params(model);
   MlpWorkspace ws = model.workspace(500);
-  for (auto _ : state) benchmark::DoNotOptimize(model.evaluate(params, test_set(), ws));
-  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(test_set().size()));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(model.evaluate(params, shared_fashion_mnist(Split::kTest), ws));
+  state.SetItemsProcessed(state.iterations() *
+                          static_cast<std::int64_t>(shared_fashion_mnist(Split::kTest).size()));
 }
 BENCHMARK(BM_EvaluateTestSet)->Unit(benchmark::kMillisecond);
 

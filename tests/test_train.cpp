@@ -49,14 +49,11 @@ class TempDir {
   fs::path path_;
 };
 
-// Each test runs in its own process; load each split at most once there.
 const ImageDataset& train_set() {
-  static const ImageDataset data = load_fashion_mnist(Split::kTrain);
-  return data;
+  return shared_fashion_mnist(Split::kTrain);
 }
 const ImageDataset& test_set() {
-  static const ImageDataset data = load_fashion_mnist(Split::kTest);
-  return data;
+  return shared_fashion_mnist(Split::kTest);
 }
 
 std::vector<std::uint8_t> header(std::uint32_t magic, const std::vector<std::uint32_t>& dims) {
@@ -124,6 +121,7 @@ TEST(FashionMnist, LoadsBothSplitsWithTheirShapesAndBalancedLabels) {
   // The first image of each split is an ankle boot (class 9) in the published data set.
   EXPECT_EQ(train.label(0), 9);
   EXPECT_EQ(test.label(0), 9);
+  EXPECT_EQ(&shared_fashion_mnist(Split::kTrain), &train) << "loaded once per process";
   const auto [lo, hi] = std::minmax_element(train.pixels().begin(), train.pixels().end());
   EXPECT_EQ(*lo, 0.0f);
   EXPECT_EQ(*hi, 1.0f);

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 namespace pstwin::train {
@@ -204,6 +207,15 @@ ImageDataset load_fashion_mnist(Split split, const std::filesystem::path& dir) {
   std::transform(images.data.begin(), images.data.end(), pixels.begin(),
                  [](std::uint8_t v) { return static_cast<float>(v) / 255.0f; });
   return ImageDataset(images.dims[1], images.dims[2], std::move(pixels), std::move(labels.data));
+}
+
+const ImageDataset& shared_fashion_mnist(Split split, const std::filesystem::path& dir) {
+  static std::mutex mutex;
+  static std::map<std::pair<Split, std::filesystem::path>, std::unique_ptr<const ImageDataset>> loaded;
+  const std::scoped_lock lock(mutex);
+  auto& slot = loaded[{split, dir}];
+  if (!slot) slot = std::make_unique<const ImageDataset>(load_fashion_mnist(split, dir));
+  return *slot;
 }
 
 }  // namespace pstwin::train

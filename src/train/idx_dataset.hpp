@@ -64,4 +64,8 @@ enum class Split { kTrain, kTest };
 // 0..9), checking that image and label counts agree and every label is below 10.
 ImageDataset load_fashion_mnist(Split split, const std::filesystem::path& dir = kFashionMnistDir);
 
+// load_fashion_mnist once per (split, dir) per process, shared read-only from then on: the simulator
+// runs every worker in one process, and the training split is 188 MB as float32. Thread-safe.
+const ImageDataset& shared_fashion_mnist(Split split, const std::filesystem::path& dir = kFashionMnistDir);
+
 }  // namespace pstwin::train
