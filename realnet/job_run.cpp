@@ -207,6 +207,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["violations"] = ordered_json::array();
   for (const auto& v : p.violations)
     j["violations"].push_back({{"invariant", v.invariant}, {"detail", v.detail}});
+  j["by_invariant"] = tallies_json(p.tallies);
   j["iterations"] = ordered_json::array();
   for (const auto& it : p.iterations)
     j["iterations"].push_back({{"index", it.index}, {"start_s", it.start_s}, {"end_s", it.end_s}});
@@ -237,6 +238,7 @@ NodePart part_from_json(const nlohmann::json& j) {
   for (const auto& [key, hex] : j.at("digests").items()) p.digests[std::stoull(key)] = hex.get<std::string>();
   for (const auto& n : j.at("nodes")) p.nodes.push_back(node_info_from_json(n));
   p.bytes_sent = j.value("bytes_sent", std::uint64_t{0});
+  add_tallies_from_json(j.at("by_invariant"), p.tallies);
   p.bytes_received = j.value("bytes_received", std::uint64_t{0});
   return p;
 }
@@ -269,6 +271,10 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
   // Exactly RunRecorder::fill.
   Digest digest;
   for (const auto& [key, hex] : digests) {
+    for (const auto& [invariant, tally] : part.tallies) {
+      report.invariant_tallies[invariant].checked += tally.checked;
+      report.invariant_tallies[invariant].violated += tally.violated;
+    }
     digest.update_u64(key);
     digest.update(std::as_bytes(std::span(hex.data(), hex.size())));
   }
@@ -305,6 +311,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   // when the nodes run in namespaces of their own.
   const int port = free_port();
   std::optional<NetnsCluster> cluster;
+    ++report.invariant_tallies["run"].violated;
   if (options.netns) cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log);
   const std::string root_uri = cluster ? cluster->host(sc.scheduler_host_name()).address : "127.0.0.1";
   base_env.insert(

@@ -84,6 +84,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   report.invariants_checked = checker.checked();
   report.violation_count = checker.violation_count();
   report.violations = checker.violations();
+  report.invariant_tallies = checker.tallies();
   report.replay = replay_command(sc, std::nullopt, "run");
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return report;

@@ -132,6 +132,9 @@ NodeEnv parse_node_env(const Env& env) {
     if (std::ranges::find(kLevels, level) == kLevels.end())
       bad("BYTEPS_LOG_LEVEL", *v, "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL");
     out.log_level = level;
+    // BytePS users raise logging with BYTEPS_LOG_LEVEL, ps-lite users with PS_VERBOSE: honour either.
+    const int implied = level == "TRACE" ? 2 : (level == "DEBUG" || level == "INFO") ? 1 : 0;
+    out.verbose = std::max(out.verbose, implied);
   }
   return out;
 }

@@ -34,8 +34,8 @@ struct NodeEnv {
   std::optional<bool> enable_async;              // BYTEPS_ENABLE_ASYNC
   std::optional<int> server_engine_threads;      // BYTEPS_SERVER_ENGINE_THREAD
   bool force_distributed = false;                // BYTEPS_FORCE_DISTRIBUTED (accepted, no effect)
-  int verbose = 0;                               // PS_VERBOSE: 0, 1 or 2
-  std::string log_level = "WARNING";             // BYTEPS_LOG_LEVEL (accepted, upper-cased)
+  int verbose = 0;                    // PS_VERBOSE: 0, 1 or 2, raised by BYTEPS_LOG_LEVEL (see docs)
+  std::string log_level = "WARNING";  // BYTEPS_LOG_LEVEL, upper-cased
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

@@ -185,6 +185,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
         workload.partitions(), [&](const PartitionSpec& p) { return p.server_rank == rank; }));
     const std::uint64_t expected = owned * static_cast<std::uint64_t>(workload.workers()) *
                                    static_cast<std::uint64_t>(workload.iterations());
+    checker.count_check("updates");
     if (stats.applied.size() != expected)
       checker.add(
           {"updates", std::to_string(expected - std::min<std::uint64_t>(expected, stats.applied.size())) +
@@ -230,6 +231,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.checked = checker.checked();
   part.violation_count = checker.violation_count();
   part.violations = checker.violations();
+  part.tallies = checker.tallies();
   part.iterations = std::move(stats.times);
   part.digests = std::move(stats.digests);
   part.nodes = std::move(stats.nodes);

@@ -33,6 +33,7 @@ struct NodePart {
   std::uint64_t violation_count = 0;
   std::vector<Violation> violations;
   struct Iteration {
+  InvariantTallies tallies;
     std::uint32_t index = 0;
     double start_s = 0;
     double end_s = 0;

@@ -97,6 +97,14 @@ TEST(NodeEnv, ReadsBytePSTuningVariables) {
   EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_ENABLE_ASYNC", "0")).enable_async, false);
 }
 
+TEST(NodeEnv, BytePSLogLevelRaisesVerbosityButNeverLowersIt) {
+  EXPECT_EQ(parse_node_env(worker_env()).verbose, 0);
+  EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_LOG_LEVEL", "trace")).verbose, 2);
+  EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_LOG_LEVEL", "INFO")).verbose, 1);
+  EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_LOG_LEVEL", "WARNING")).verbose, 0);
+  EXPECT_EQ(parse_node_env(with(with(worker_env(), "PS_VERBOSE", "1"), "BYTEPS_LOG_LEVEL", "ERROR")).verbose, 1);
+}
+
 TEST(NodeEnv, MissingRequiredVariablesAreNamedWithAnExample) {
   for (const std::string name : {"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
                                  "DMLC_NUM_SERVER", "DMLC_WORKER_ID"}) {

@@ -100,6 +100,25 @@ TEST(Run, SameModelDigestAsSim) {
   EXPECT_EQ(results(dir.path() / "run")["model_digest"], digest);
 }
 
+// Async mode across processes: pushes applied on arrival, yet every update lands exactly once, so the
+// final stores (and their digest) equal the simulator's.
+TEST(Run, AsyncModeEndsWithTheSimulatorsFinalModel) {
+  TempDir dir("async");
+  Pstwin sim({"sim", "scenarios/async_quickstart.toml", "-q", "--out", (dir.path() / "sim").string()},
+             dir.path() / "sim.log");
+  ASSERT_EQ(sim.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << sim.output();
+  Pstwin run(run_args("scenarios/async_quickstart.toml", dir.path() / "run", {}), dir.path() / "run.log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  const auto sim_results = results(dir.path() / "sim");
+  const auto run_results = results(dir.path() / "run");
+  EXPECT_EQ(run_results["invariants"]["violation_count"], 0);
+  // The same final stores were checked (the lost-update check is one per server in a real job).
+  EXPECT_EQ(run_results["invariants"]["by_invariant"]["aggregates"],
+            sim_results["invariants"]["by_invariant"]["aggregates"]);
+  EXPECT_FALSE(sim_results["model_digest"].get<std::string>().empty());
+  EXPECT_EQ(run_results["model_digest"], sim_results["model_digest"]);
+}
+
 TEST(Run, CrossedLinePerRankIsClean) {
   TempDir dir("crossed");
   Pstwin run(run_args("scenarios/crossed_line.toml", dir.path() / "out", {}), dir.path() / "log");
@@ -107,6 +126,9 @@ TEST(Run, CrossedLinePerRankIsClean) {
   const auto r = results(dir.path() / "out");
   EXPECT_EQ(r["invariants"]["violation_count"], 0);
   EXPECT_EQ(r["nodes"].size(), 3u);
+  // Every aggregate was checked (10 iterations x 4 partitions), none crossed.
+  EXPECT_EQ(r["invariants"]["by_invariant"]["aggregates"]["checked"], 40);
+  EXPECT_EQ(r["invariants"]["by_invariant"]["aggregates"]["violated"], 0);
 }
 
 // The real race between two worker processes: with legacy naming both stage key k in one shared-memory
@@ -119,6 +141,13 @@ TEST(Run, CrossedLineLegacyNamingShowsViolations) {
   const auto r = results(dir.path() / "out");
   EXPECT_TRUE(r["completed"].get<bool>());
   EXPECT_GT(r["invariants"]["violation_count"].get<std::uint64_t>(), 0u);
+  // The rate, not only the existence: crossed aggregates out of all 40, also printed in the summary.
+  const auto& aggregates = r["invariants"]["by_invariant"]["aggregates"];
+  EXPECT_EQ(aggregates["checked"], 40);
+  EXPECT_GT(aggregates["violated"].get<std::uint64_t>(), 0u);
+  EXPECT_NE(run.output().find("aggregates: " + aggregates["violated"].dump() + " of 40 checks violated"),
+            std::string::npos)
+      << run.output();
 }
 
 // The pids `pstwin run` reports on stderr ("started worker1 (pid 123)"), once all `count` are up.

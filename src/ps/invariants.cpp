@@ -20,14 +20,20 @@ std::string where(NodeId server, std::uint64_t key, std::uint32_t iteration) {
 InvariantChecker::InvariantChecker(const Scenario& scenario, const SyntheticWorkload& workload)
     : scenario_(scenario), workload_(workload) {}
 
+void InvariantChecker::count_check(const std::string& invariant) {
+  ++checked_;
+  ++tallies_[invariant].checked;
+}
+
 void InvariantChecker::add(Violation violation) {
   ++violation_count_;
+  ++tallies_[violation.invariant].violated;
   if (violations_.size() < kMaxKept) violations_.push_back(std::move(violation));
 }
 
 void InvariantChecker::push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) {
   if (!scenario_.invariants.updates) return;
-  ++checked_;
+  count_check("updates");
   if (!applied_.insert({key, iteration, worker}).second)
     add({"updates",
          where(server, key, iteration) + ": push of worker " + std::to_string(worker) + " applied twice"});
@@ -35,7 +41,7 @@ void InvariantChecker::push_applied(NodeId server, int worker, std::uint64_t key
 
 void InvariantChecker::duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) {
   if (!scenario_.invariants.updates) return;
-  ++checked_;
+  count_check("updates");
   add({"updates", where(server, key, iteration) + ": worker " + std::to_string(worker) +
                       " pushed twice in one round (second push refused)"});
 }
@@ -43,7 +49,7 @@ void InvariantChecker::duplicate_push(NodeId server, int worker, std::uint64_t k
 void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint64_t key,
                                  std::uint32_t iteration, const Payload& value, bool whole_run) {
   if (!scenario_.invariants.aggregates || value.is_phantom()) return;
-  ++checked_;
+  count_check("aggregates");
   const auto& spec = workload_.partition(key);
   if (value.size() != spec.bytes) {
     add({"aggregates", where(server, key, iteration) + ": " + std::string(what) + " has " +
@@ -91,7 +97,7 @@ void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_
                                      const Payload& value) {
   if (!scenario_.invariants.sync_identical || scenario_.ps.mode != TrainingMode::kSync || value.is_phantom())
     return;
-  ++checked_;
+  count_check("sync_identical");
   Digest digest;
   digest.update(value.bytes());
   auto [it, first] = first_pull_digest_.try_emplace({key, iteration}, worker, digest.hex());
@@ -107,7 +113,7 @@ void InvariantChecker::finish(bool run_completed) {
   const auto expected = static_cast<std::uint64_t>(workload_.partitions().size()) *
                         static_cast<std::uint64_t>(workload_.workers()) *
                         static_cast<std::uint64_t>(workload_.iterations());
-  ++checked_;
+  count_check("updates");
   if (applied_.size() != expected)
     add({"updates", std::to_string(expected - std::min<std::uint64_t>(expected, applied_.size())) + " of " +
                         std::to_string(expected) + " pushes were never applied (lost updates)"});

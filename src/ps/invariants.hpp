@@ -23,6 +23,13 @@ struct Violation {
   std::string detail;
 };
 
+// Checks made and failed per invariant, so a rate (e.g. crossed aggregates per aggregate) can be reported.
+struct InvariantTally {
+  std::uint64_t checked = 0;
+  std::uint64_t violated = 0;
+};
+using InvariantTallies = std::map<std::string, InvariantTally>;  // ordered by name: deterministic output
+
 class InvariantChecker final : public RunObserver {
  public:
   InvariantChecker(const Scenario& scenario, const SyntheticWorkload& workload);
@@ -37,10 +44,12 @@ class InvariantChecker final : public RunObserver {
   // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
   void finish(bool run_completed);
   void add(Violation violation);
+  void count_check(const std::string& invariant);  // one check made outside (e.g. the analytic bound)
 
   std::uint64_t checked() const { return checked_; }
   const std::vector<Violation>& violations() const { return violations_; }
   std::uint64_t violation_count() const { return violation_count_; }
+  const InvariantTallies& tallies() const { return tallies_; }
 
  private:
   void check_sum(std::string_view what, NodeId server, std::uint64_t key, std::uint32_t iteration,
@@ -51,6 +60,7 @@ class InvariantChecker final : public RunObserver {
   std::uint64_t checked_ = 0;
   std::uint64_t violation_count_ = 0;
   std::vector<Violation> violations_;  // the first kMaxKept; violation_count_ has them all
+  InvariantTallies tallies_;
   std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied_;  // (key, iteration, worker)
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<int, std::string>> first_pull_digest_;
 };

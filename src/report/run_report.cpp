@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -54,6 +55,20 @@ nlohmann::ordered_json node_info_json(const NodeInfo& n) {
           {"host", n.host}};
 }
 
+nlohmann::ordered_json tallies_json(const InvariantTallies& tallies) {
+  auto j = nlohmann::ordered_json::object();
+  for (const auto& [name, t] : tallies) j[name] = {{"checked", t.checked}, {"violated", t.violated}};
+  return j;
+}
+
+void add_tallies_from_json(const nlohmann::json& json, InvariantTallies& into) {
+  for (const auto& [name, t] : json.items()) {
+    auto& tally = into[name];
+    tally.checked += t.at("checked").get<std::uint64_t>();
+    tally.violated += t.at("violated").get<std::uint64_t>();
+  }
+}
+
 nlohmann::ordered_json to_json(const RunReport& r) {
   using nlohmann::ordered_json;
   ordered_json j;
@@ -71,6 +86,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   inv["violations"] = ordered_json::array();
   for (const auto& v : r.violations)
     inv["violations"].push_back({{"invariant", v.invariant}, {"detail", v.detail}, {"replay", r.replay}});
+  inv["by_invariant"] = tallies_json(r.invariant_tallies);
   j["invariants"] = inv;
   j["links"] = ordered_json::array();
   for (const auto& l : r.links)
@@ -110,6 +126,8 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   r.violation_count = j.at("invariants").at("violation_count");
   for (const auto& v : j.at("invariants").at("violations"))
     r.violations.push_back({v.at("invariant"), v.at("detail")});
+  if (j.at("invariants").contains("by_invariant"))
+    add_tallies_from_json(j["invariants"]["by_invariant"], r.invariant_tallies);
   for (const auto& l : j.at("links"))
     r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
   if (j.contains("network_emulation")) {
@@ -203,6 +221,12 @@ std::string summary_text(const RunReport& r) {
         << "\n";
   out << "  model digest: " << r.model_digest << "\n";
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
+  // The rate is the evidence for a race (crossed aggregates per aggregate), not only its existence.
+  for (const auto& [name, t] : r.invariant_tallies)
+    if (t.violated > 0 && t.checked > 0)
+      out << "    " << name << ": " << t.violated << " of " << t.checked << " checks violated ("
+          << std::setprecision(1) << 100.0 * static_cast<double>(t.violated) / static_cast<double>(t.checked)
+          << std::setprecision(6) << " %)\n";
   for (const auto& v : r.violations) out << "    [" << v.invariant << "] " << v.detail << "\n";
   if (!r.ok()) out << "  seed " << r.seed << "; replay: " << r.replay << "\n";
   out.precision(3);

@@ -61,6 +61,7 @@ struct RunReport {
   std::uint64_t invariants_checked = 0;
   std::uint64_t violation_count = 0;
   std::vector<Violation> violations;
+  InvariantTallies invariant_tallies;
   std::vector<LinkUsage> links;
   std::optional<NetworkEmulation> emulation;
   std::string model_digest;
@@ -81,6 +82,10 @@ struct RunReport {
 nlohmann::ordered_json to_json(const RunReport& report);
 RunReport report_from_json(const nlohmann::ordered_json& json);  // without trace
 std::string trace_json(const RunReport& report);                 // Chrome trace format
+
+// {"aggregates": {"checked": 20, "violated": 6}, ...} and back; adds into `into` (merging node parts).
+nlohmann::ordered_json tallies_json(const InvariantTallies& tallies);
+void add_tallies_from_json(const nlohmann::json& json, InvariantTallies& into);
 
 // `text` quoted for a POSIX shell (unchanged when it needs no quoting).
 std::string shell_quote(const std::string& text);
