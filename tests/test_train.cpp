@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -335,6 +336,34 @@ TEST(Mlp, GradientIsBitIdenticalWhereverTheBuffersLie) {
   EXPECT_EQ(std::memcmp(grad.data(), other.data() + 1, grad.size() * sizeof(float)), 0);
 }
 
+TEST(Mlp, ConcurrentTrainersOnSharedModelAndDataMatchSequentialBits) {
+  // The real backend runs several workers of one process on their own threads.
+  const Mlp model;
+  RandomStream rng(5, "test.init");
+  std::vector<float> params(model.parameter_count());
+  model.initialize(params, rng);
+  const ShardSet shards = make_shards(test_set().labels(), 10, {.workers = 2, .seed = 5});
+  auto run = [&](int w, std::vector<float>& grad) {
+    ShardTrainer trainer(model, test_set(), shards.workers[static_cast<std::size_t>(w)], 64,
+                         RandomStream(5, "train.batches", static_cast<std::uint64_t>(w)));
+    for (int s = 0; s < 20; ++s) trainer.step(params, grad);
+  };
+  std::array<std::vector<float>, 2> sequential, concurrent;
+  for (int w = 0; w < 2; ++w) {
+    sequential[w].resize(params.size());
+    concurrent[w].resize(params.size());
+    run(w, sequential[w]);
+  }
+  {
+    std::jthread a([&] { run(0, concurrent[0]); });
+    std::jthread b([&] { run(1, concurrent[1]); });
+  }
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(std::memcmp(sequential[w].data(), concurrent[w].data(), params.size() * sizeof(float)), 0) << w;
+  }
+  EXPECT_NE(sequential[0], sequential[1]);
+}
+
 // ---------------------------------------------------------------- SGD
 
 TEST(Sgd, MomentumAndWeightDecayFollowTheFormula) {
@@ -474,7 +503,7 @@ TEST(Sharding, DirichletShardsGetMoreSkewedAsAlphaShrinks) {
   EXPECT_LT(skews[0], 0.05) << "alpha 100 is close to iid";
   EXPECT_GT(skews[1], skews[0] + 0.15);
   EXPECT_GT(skews[2], skews[1] + 0.15);
-  EXPECT_GT(skews[2], 0.6) << "alpha 0.1 gives each worker a few classes";
+  EXPECT_GT(skews[2], 0.55) << "alpha 0.1 gives each worker a few classes";  // seeds 1-3: 0.64-0.70
 }
 
 TEST(Sharding, GammaDrawsHaveTheRightMean) {
