@@ -77,7 +77,10 @@ void Stream::transmit(const Message& message, std::uint64_t wire_bytes) {
   }
   auto slots = from_.flow_slots();
   if (slots) slots->acquire();
-  s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
+  if (auto* network = from_.cluster().flow_network())
+    network->transmit(from_.host(), to_.host(), static_cast<double>(wire_bytes));
+  else
+    s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
   if (slots) slots->release();
 }
 
@@ -284,6 +287,14 @@ std::string SimNode::describe() const {
 // ---------------------------------------------------------------- Cluster
 
 Cluster::Cluster(const Scenario& scenario, Platform& platform) : scenario_(scenario), platform_(platform) {
+  if (scenario.sim.network_model == "flow") {
+    if (scenario.network.model == "SMPI")
+      throw ScenarioError(
+          "sim.network_model = \"flow\" models LV08 and CM02 sharing, not network.model = \"SMPI\" (its "
+          "factors depend on message size); use sim.network_model = \"simgrid\" or another network.model");
+    flow_network_ = std::make_unique<FlowNetwork>(platform.bandwidth_factor, platform.latency_factor,
+                                                  platform.cross_traffic > 0, platform.hosts.begin()->second);
+  }
   for (const auto& link : platform_.links) link_bytes_[link.name] = 0;
 }
 

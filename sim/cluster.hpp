@@ -19,6 +19,7 @@
 #include "core/send_order.hpp"
 #include "core/timer_queue.hpp"
 #include "report/run_report.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/platform.hpp"
 
 namespace pstwin::sim {
@@ -154,6 +155,7 @@ class Cluster {
   HostStaging& staging(const std::string& host) { return staging_[host]; }
   simgrid::s4u::Host* host(const std::string& name) const { return platform_.hosts.at(name); }
   double latency_factor() const { return platform_.latency_factor; }
+  FlowNetwork* flow_network() { return flow_network_.get(); }  // null: SimGrid shares bandwidth
 
   void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);
   void record_span(TraceSpan span);
@@ -171,6 +173,7 @@ class Cluster {
  private:
   const Scenario& scenario_;
   Platform& platform_;
+  std::unique_ptr<FlowNetwork> flow_network_;
   std::vector<std::unique_ptr<SimNode>> nodes_;
   std::map<std::string, SimNode*, std::less<>> by_address_;
   std::map<std::string, HostStaging> staging_;

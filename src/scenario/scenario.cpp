@@ -54,6 +54,7 @@ constexpr std::array<std::pair<PayloadMode, std::string_view>, 2> kPayloadNames{
 constexpr std::array<std::pair<StagingNaming, std::string_view>, 2> kNamingNames{
     {{StagingNaming::kPerRank, "per-rank"}, {StagingNaming::kLegacyKeyOnly, "legacy-key-only"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
+constexpr std::array<std::string_view, 2> kSimNetworkModels{"simgrid", "flow"};
 
 template <typename E>
 std::string_view enum_text(EnumNames<E> names, E value) {
@@ -772,6 +773,11 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("sim.node_flow_limit", PSTWIN_MEMBER(sim.node_flow_limit), IntCodec{0},
                          "Bulk messages a node transmits at once (0: one per connection). Large runs use a "
                          "small limit: the solver's cost grows with flows in flight."));
+  f.push_back(make_field(
+      "sim.network_model", PSTWIN_MEMBER(sim.network_model), ChoiceCodec{kSimNetworkModels},
+      "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver) or \"flow\" (pstwin's own "
+      "max-min model of the same sharing rules, much faster with thousands of flows in flight; not with "
+      "network.model = \"SMPI\"). See docs/PERFORMANCE.md, \"Simulator scale\"."));
   f.push_back(make_field(
       "sim.simgrid_config", PSTWIN_MEMBER(sim.simgrid_config),
       StringListCodec{"SimGrid setting", "[\"network/crosstraffic:0\"]"},

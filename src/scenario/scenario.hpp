@@ -111,6 +111,9 @@ struct SimConfig {
   // At most this many bulk messages in transmission per node at once (0: no limit, one per stream).
   // A node's NIC stays as busy either way; a limit trades per-flow fairness for solver speed.
   int node_flow_limit = 0;
+  // "simgrid": SimGrid's network model shares bandwidth. "flow": pstwin's own max-min flow model
+  // (sim/flow_network.hpp), same sharing rules, cost local to the links a flow touches.
+  std::string network_model = "simgrid";
 };
 
 struct FaultsConfig {

@@ -1,0 +1,442 @@
+#include "sim/flow_network.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <stdexcept>
+#include <xbt/config.hpp>
+
+namespace pstwin::sim {
+namespace s4u = simgrid::s4u;
+
+namespace {
+constexpr double kInf = MaxMinFlows::kUnbounded;
+constexpr std::uint64_t kNoFlow = std::numeric_limits<std::uint64_t>::max();
+// SimGrid's network/crosstraffic share of a flow charged to its reverse route.
+constexpr double kCrossTrafficShare = 0.05;
+// Completions this close to the clock are due: SimGrid's own time precision.
+constexpr double kTimeEpsilon = 1e-9;
+
+bool same_level(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return std::isinf(a) && std::isinf(b);
+  return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b));
+}
+}  // namespace
+
+// ---------------------------------------------------------------- MaxMinFlows
+
+int MaxMinFlows::add_link(double capacity) {
+  links_.push_back({});
+  links_.back().capacity = capacity;
+  link_next_.push_back(kInf);
+  return static_cast<int>(links_.size()) - 1;
+}
+
+std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, double bound,
+                                    std::vector<Use> uses) {
+  // One entry per link (a route and its reverse could share one).
+  std::sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) { return a.link < b.link; });
+  std::vector<Use> merged;
+  for (const auto& use : uses) {
+    if (!merged.empty() && merged.back().link == use.link)
+      merged.back().weight += use.weight;
+    else
+      merged.push_back(use);
+  }
+  std::uint64_t id = flows_.size();
+  if (!free_ids_.empty()) {
+    id = *free_ids_.begin();
+    free_ids_.erase(free_ids_.begin());
+  } else {
+    flows_.emplace_back();
+  }
+  ++active_;
+  Flow& flow = flows_[id];
+  flow = Flow{};
+  flow.active = true;
+  flow.penalty = penalty;
+  flow.bound = bound;
+  flow.uses = std::move(merged);
+  flow.bottleneck = -2;  // not placed yet; `finish` holds its bytes
+  flow.finish = bytes;
+  std::vector<int> dirty;
+  for (const auto& use : flow.uses) {
+    links_[static_cast<std::size_t>(use.link)].flows.push_back(id);
+    dirty.push_back(use.link);
+  }
+  relevel(now, dirty, id);
+  return id;
+}
+
+std::pair<double, std::uint64_t> MaxMinFlows::next_completion() const {
+  std::pair<double, std::uint64_t> best{kInf, 0};
+  if (!link_done_.empty()) {
+    const auto [time, link] = *link_done_.begin();
+    best = {time, links_[static_cast<std::size_t>(link)].done.begin()->second};
+  }
+  if (!bound_done_.empty() && *bound_done_.begin() < best) best = *bound_done_.begin();
+  return best;
+}
+
+void MaxMinFlows::remove_flow(double now, std::uint64_t id) {
+  if (id >= flows_.size() || !flows_[id].active) return;
+  Flow& flow = flows_[id];
+  if (flow.bottleneck == -1) {
+    bound_done_.erase({flow.finish, id});
+  } else if (flow.bottleneck >= 0) {
+    links_[static_cast<std::size_t>(flow.bottleneck)].done.erase({flow.finish, id});
+    refresh_completion(flow.bottleneck);
+  }
+  std::vector<int> dirty;
+  for (const auto& use : flow.uses) {
+    auto& ids = links_[static_cast<std::size_t>(use.link)].flows;
+    ids.erase(std::find(ids.begin(), ids.end(), id));
+    dirty.push_back(use.link);
+  }
+  flow.active = false;
+  flow.uses.clear();
+  free_ids_.insert(id);
+  --active_;
+  relevel(now, dirty, kNoFlow);
+}
+
+double MaxMinFlows::rate(std::uint64_t id) const {
+  const Flow& flow = flows_.at(id);
+  if (flow.bottleneck == -1) return flow.bound_rate;
+  return links_[static_cast<std::size_t>(flow.bottleneck)].level / flow.penalty;
+}
+
+double MaxMinFlows::remaining(double now, std::uint64_t id) const {
+  return remaining_of(now, flows_.at(id));
+}
+
+void MaxMinFlows::advance(Link& link, double now) {
+  if (!std::isinf(link.level)) link.clock += link.level * (now - link.updated);
+  link.updated = now;
+}
+
+double MaxMinFlows::cap_level(const Flow& flow, int except) const {
+  double cap = flow.bound * flow.penalty;
+  for (const auto& use : flow.uses)
+    if (use.link != except) cap = std::min(cap, links_[static_cast<std::size_t>(use.link)].level);
+  return cap;
+}
+
+// The level at which this link saturates, given the level at which each of its flows is capped
+// elsewhere (its other links or its bound): water filling over the link's flows.
+double MaxMinFlows::water_level(int index) const {
+  const Link& link = links_[static_cast<std::size_t>(index)];
+  auto& capped = scratch_;  // (cap level, weight / penalty)
+  capped.clear();
+  double free_weight = 0;
+  for (const auto id : link.flows) {
+    const Flow& flow = flows_[id];
+    double weight = 0;
+    double cap = flow.bound * flow.penalty;
+    for (const auto& use : flow.uses) {
+      if (use.link == index)
+        weight = use.weight / flow.penalty;
+      else
+        cap = std::min(cap, links_[static_cast<std::size_t>(use.link)].level);
+    }
+    if (std::isinf(cap))
+      free_weight += weight;
+    else
+      capped.emplace_back(cap, weight);
+  }
+  if (free_weight == 0) {
+    // Common case for a wide uplink: every flow is held below it elsewhere and it cannot fill.
+    double demand = 0;
+    for (const auto& [cap, w] : capped) demand += w * cap;
+    if (demand < link.capacity) return kInf;
+  }
+  std::sort(capped.begin(), capped.end());
+  double weight = free_weight;
+  for (const auto& [cap, w] : capped) weight += w;
+  std::size_t left = capped.size() + (free_weight > 0 ? 1 : 0);  // groups not yet capped
+  double used = 0;
+  for (const auto& [cap, w] : capped) {
+    if (used + weight * cap >= link.capacity) break;
+    used += w * cap;
+    weight -= w;
+    --left;
+  }
+  if (left == 0 || weight <= 0) return kInf;  // every flow is capped before this link fills
+  return (link.capacity - used) / weight;
+}
+
+double MaxMinFlows::remaining_of(double now, const Flow& flow) const {
+  if (flow.bottleneck == -2) return flow.finish;
+  if (flow.bottleneck == -1) return std::max(0.0, (flow.finish - now) * flow.bound_rate);
+  const Link& link = links_[static_cast<std::size_t>(flow.bottleneck)];
+  const double clock = std::isinf(link.level) ? link.clock : link.clock + link.level * (now - link.updated);
+  return std::max(0.0, (flow.finish - clock) / flow.penalty);
+}
+
+void MaxMinFlows::place(double now, std::uint64_t id, Flow& flow, double remaining) {
+  if (flow.bottleneck == -1) {
+    flow.bound_rate = flow.bound;
+    flow.finish = std::isinf(flow.bound) ? now : now + remaining / flow.bound;
+    bound_done_.insert({flow.finish, id});
+    return;
+  }
+  Link& link = links_[static_cast<std::size_t>(flow.bottleneck)];
+  advance(link, now);
+  flow.finish = link.clock + remaining * flow.penalty;
+  link.done.insert({flow.finish, id});
+}
+
+void MaxMinFlows::refresh_completion(int index) {
+  Link& link = links_[static_cast<std::size_t>(index)];
+  double& next = link_next_[static_cast<std::size_t>(index)];
+  if (!std::isinf(next)) link_done_.erase({next, index});
+  next = kInf;
+  if (link.done.empty() || std::isinf(link.level) || link.level <= 0) return;
+  next = link.updated + std::max(0.0, link.done.begin()->first - link.clock) / link.level;
+  link_done_.insert({next, index});
+}
+
+void MaxMinFlows::relevel(double now, const std::vector<int>& dirty, std::uint64_t fresh) {
+  ++pass_;
+  std::vector<int> refresh;
+  std::vector<std::uint64_t> touched;
+  auto touch = [&](std::uint64_t id) {
+    if (flows_[id].seen == pass_) return;
+    flows_[id].seen = pass_;
+    touched.push_back(id);
+  };
+  if (fresh != kNoFlow) touch(fresh);
+  std::deque<int> queue;
+  for (const int index : dirty) {
+    refresh.push_back(index);
+    for (const auto id : links_[static_cast<std::size_t>(index)].flows) touch(id);
+    if (!links_[static_cast<std::size_t>(index)].queued) {
+      links_[static_cast<std::size_t>(index)].queued = true;
+      queue.push_back(index);
+    }
+  }
+  // Re-level links until none moves: a moved level changes the caps its flows' other links see.
+  std::size_t steps = 0;
+  const std::size_t step_limit = 64 * (links_.size() + 16);
+  bool converged = true;
+  while (!queue.empty()) {
+    const int index = queue.front();
+    queue.pop_front();
+    Link& link = links_[static_cast<std::size_t>(index)];
+    link.queued = false;
+    if (++steps > step_limit) {
+      converged = false;
+      continue;  // drain the queue, then solve exactly
+    }
+    const double level = water_level(index);
+    const double old = link.level;
+    if (same_level(level, old)) continue;
+    advance(link, now);
+    link.level = level;
+    refresh.push_back(index);
+    const double low = std::min(level, old);
+    for (const auto id : link.flows) {
+      touch(id);
+      for (const auto& use : flows_[id].uses) {
+        if (use.link == index) continue;
+        Link& other = links_[static_cast<std::size_t>(use.link)];
+        // A saturated link only sees this one if the flow may be capped below its level; an
+        // unsaturated one can only fill up if this level rose.
+        const bool matters = std::isinf(other.level) ? level > old : low < other.level;
+        if (matters && !other.queued) {
+          other.queued = true;
+          queue.push_back(use.link);
+        }
+      }
+    }
+  }
+  if (!converged) {
+    // Local re-levelling did not settle: take every level from the exact solution.
+    const auto levels = exact_levels();
+    for (std::size_t i = 0; i < links_.size(); ++i) {
+      if (same_level(levels[i], links_[i].level)) continue;
+      advance(links_[i], now);
+      links_[i].level = levels[i];
+      refresh.push_back(static_cast<int>(i));
+      for (const auto id : links_[i].flows) touch(id);
+    }
+  }
+  // Each touched flow follows the link (or bound) that now limits it.
+  for (const auto id : touched) {
+    Flow& flow = flows_[id];
+    int bottleneck = -1;
+    double best = flow.bound * flow.penalty;
+    for (const auto& use : flow.uses) {
+      const double level = links_[static_cast<std::size_t>(use.link)].level;
+      if (level < best || (level == best && use.link == flow.bottleneck)) {
+        best = level;
+        bottleneck = use.link;
+      }
+    }
+    if (bottleneck == flow.bottleneck) continue;
+    const double left = remaining_of(now, flow);
+    if (flow.bottleneck == -1) {
+      bound_done_.erase({flow.finish, id});
+    } else if (flow.bottleneck >= 0) {
+      links_[static_cast<std::size_t>(flow.bottleneck)].done.erase({flow.finish, id});
+      refresh.push_back(flow.bottleneck);
+    }
+    flow.bottleneck = bottleneck;
+    place(now, id, flow, left);
+    if (bottleneck >= 0) refresh.push_back(bottleneck);
+  }
+  std::sort(refresh.begin(), refresh.end());
+  refresh.erase(std::unique(refresh.begin(), refresh.end()), refresh.end());
+  for (const int index : refresh) refresh_completion(index);
+}
+
+std::vector<double> MaxMinFlows::exact_levels() const {
+  std::vector<double> levels(links_.size(), kInf);
+  std::vector<double> left(links_.size());
+  for (std::size_t i = 0; i < links_.size(); ++i) left[i] = links_[i].capacity;
+  std::set<std::uint64_t> unfixed;
+  for (std::uint64_t id = 0; id < flows_.size(); ++id)
+    if (flows_[id].active) unfixed.insert(id);
+  auto fix = [&](std::uint64_t id, double rate) {
+    for (const auto& use : flows_.at(id).uses) left[static_cast<std::size_t>(use.link)] -= use.weight * rate;
+    unfixed.erase(id);
+  };
+  while (!unfixed.empty()) {
+    double best = kInf;
+    int best_link = -1;
+    std::uint64_t best_flow = kNoFlow;
+    for (std::size_t i = 0; i < links_.size(); ++i) {
+      double weight = 0;
+      for (const auto id : links_[i].flows)
+        if (unfixed.count(id))
+          for (const auto& use : flows_.at(id).uses)
+            if (use.link == static_cast<int>(i)) weight += use.weight / flows_.at(id).penalty;
+      if (weight <= 0) continue;
+      const double level = std::max(0.0, left[i]) / weight;
+      if (level < best) {
+        best = level;
+        best_link = static_cast<int>(i);
+      }
+    }
+    for (const auto id : unfixed) {
+      const Flow& flow = flows_.at(id);
+      if (flow.bound * flow.penalty < best) {
+        best = flow.bound * flow.penalty;
+        best_link = -1;
+        best_flow = id;
+      }
+    }
+    if (best_link < 0 && best_flow == kNoFlow) break;  // nothing limits the rest (no links, no bound)
+    if (best_link < 0) {
+      fix(best_flow, flows_.at(best_flow).bound);
+      continue;
+    }
+    levels[static_cast<std::size_t>(best_link)] = best;
+    std::vector<std::uint64_t> on_link;
+    for (const auto id : links_[static_cast<std::size_t>(best_link)].flows)
+      if (unfixed.count(id)) on_link.push_back(id);
+    for (const auto id : on_link) fix(id, best / flows_.at(id).penalty);
+  }
+  return levels;
+}
+
+std::map<std::uint64_t, double> MaxMinFlows::exact_rates() const {
+  const auto levels = exact_levels();
+  std::map<std::uint64_t, double> rates;
+  for (std::uint64_t id = 0; id < flows_.size(); ++id) {
+    const Flow& flow = flows_[id];
+    if (!flow.active) continue;
+    double level = flow.bound * flow.penalty;
+    for (const auto& use : flow.uses) level = std::min(level, levels[static_cast<std::size_t>(use.link)]);
+    rates[id] = level / flow.penalty;
+  }
+  return rates;
+}
+
+// ---------------------------------------------------------------- FlowNetwork
+
+FlowNetwork::FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, s4u::Host* home)
+    : bandwidth_factor_(bandwidth_factor),
+      latency_factor_(latency_factor),
+      cross_traffic_(cross_traffic),
+      weight_s_(simgrid::config::get_value<double>("network/weight-S")),
+      tcp_gamma_(simgrid::config::get_value<double>("network/TCP-gamma")),
+      mutex_(s4u::Mutex::create()),
+      wake_(s4u::ConditionVariable::create()) {
+  s4u::Actor::create("flow-network", home, [this] { run(); })->daemonize();
+}
+
+int FlowNetwork::link_index(const s4u::Link* link) {
+  auto it = link_ids_.find(link->get_name());
+  if (it == link_ids_.end())
+    it = link_ids_.emplace(link->get_name(), solver_.add_link(bandwidth_factor_ * link->get_bandwidth()))
+             .first;
+  return it->second;
+}
+
+const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
+  const auto key = std::make_pair(from->get_name(), to->get_name());
+  if (auto it = routes_.find(key); it != routes_.end()) return it->second;
+  Route route;
+  std::vector<s4u::Link*> links;
+  from->route_to(to, links, &route.latency);
+  double penalty = route.latency;
+  for (const auto* link : links) {
+    route.bound = std::min(route.bound, bandwidth_factor_ * link->get_bandwidth());
+    if (weight_s_ > 0) penalty += weight_s_ / link->get_bandwidth();
+    // A FATPIPE link (loopback) limits each flow on its own; it shares nothing.
+    if (link->get_sharing_policy() != s4u::Link::SharingPolicy::FATPIPE)
+      route.uses.push_back({link_index(link), 1.0});
+  }
+  if (cross_traffic_) {
+    std::vector<s4u::Link*> back;
+    to->route_to(from, back, nullptr);
+    for (const auto* link : back)
+      if (link->get_sharing_policy() != s4u::Link::SharingPolicy::FATPIPE)
+        route.uses.push_back({link_index(link), kCrossTrafficShare});
+  }
+  if (route.latency > 0) route.bound = std::min(route.bound, tcp_gamma_ / (2 * route.latency));
+  // SimGrid shares by the penalty once the latency is paid; a flow with no latency gets 1.
+  route.penalty = route.latency * latency_factor_ > 0 ? penalty : 1.0;
+  return routes_.emplace(key, std::move(route)).first->second;
+}
+
+void FlowNetwork::transmit(s4u::Host* from, s4u::Host* to, double bytes) {
+  const Route& path = route(from, to);
+  auto done = s4u::Semaphore::create(0);
+  const double join = s4u::Engine::get_clock() + path.latency * latency_factor_;
+  joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, done});
+  wake_->notify_one();
+  done->acquire();
+}
+
+void FlowNetwork::run() {
+  std::unique_lock lock(*mutex_);
+  while (true) {
+    const double now = s4u::Engine::get_clock();
+    while (!joining_.empty() && joining_.begin()->first.first <= now + kTimeEpsilon) {
+      const Pending pending = joining_.begin()->second;
+      joining_.erase(joining_.begin());
+      const auto id = solver_.add_flow(now, pending.bytes, pending.route->penalty, pending.route->bound,
+                                       pending.route->uses);
+      waiting_.emplace(id, pending.done);
+    }
+    while (true) {
+      const auto [time, id] = solver_.next_completion();
+      if (time > now + kTimeEpsilon) break;
+      solver_.remove_flow(now, id);
+      auto it = waiting_.find(id);
+      it->second->release();
+      waiting_.erase(it);
+    }
+    double next = solver_.next_completion().first;
+    if (!joining_.empty()) next = std::min(next, joining_.begin()->first.first);
+    if (std::isinf(next))
+      wake_->wait(lock);
+    else
+      wake_->wait_until(lock, next);
+  }
+}
+
+}  // namespace pstwin::sim

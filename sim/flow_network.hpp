@@ -1,0 +1,123 @@
+// pstwin's own flow-level network model (sim.network_model = "flow"): the bandwidth sharing of
+// SimGrid's CM02/LV08 models (weighted max-min: a flow of sharing penalty p gets level/p on the
+// link that bottlenecks it; penalty = route latency + weight-S / bandwidth per link; cross traffic
+// charges 0.05 of a flow's rate to its reverse route; rate capped at TCP-gamma / (2 x latency);
+// a flow first waits latency x latency factor), solved incrementally: a flow's start or end
+// re-levels only the links it touches and, while levels keep moving, their neighbours. Each link
+// keeps a virtual clock (the integral of its level), so the flows it bottlenecks finish in
+// virtual-time order without touching every flow when the level changes.
+// Time stays SimGrid's: one daemon actor sleeps until the next latency end or completion.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <simgrid/s4u.hpp>
+
+namespace pstwin::sim {
+
+// The solver, independent of SimGrid (unit-tested against the exact progressive filling).
+class MaxMinFlows {
+ public:
+  static constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+  struct Use {
+    int link;
+    double weight;  // bytes on this link per byte of the flow (1, or the cross-traffic share)
+  };
+
+  int add_link(double capacity);  // bytes per second; returns the link's index
+  // A flow of `bytes` over `uses`, rate <= bound; joins the sharing at `now`. Returns its id.
+  std::uint64_t add_flow(double now, double bytes, double penalty, double bound, std::vector<Use> uses);
+  // Earliest completion as (time, flow id); time is infinity if no flow is in progress.
+  std::pair<double, std::uint64_t> next_completion() const;
+  void remove_flow(double now, std::uint64_t id);  // completed (or abandoned) at `now`
+  double rate(std::uint64_t id) const;
+  double remaining(double now, std::uint64_t id) const;
+  std::size_t flows() const { return active_; }
+  // Rates by progressive filling from scratch (the reference the incremental solver must match).
+  std::map<std::uint64_t, double> exact_rates() const;
+
+ private:
+  struct Flow {
+    bool active = false;
+    double penalty = 1;
+    double bound = kUnbounded;
+    std::vector<Use> uses;
+    int bottleneck = -1;     // link index, -1: capped by its own bound, -2: not placed yet
+    double finish = 0;       // bottleneck's virtual time at completion, or absolute time (bound)
+    double bound_rate = 0;   // rate while capped by its bound
+    std::uint64_t seen = 0;  // last relevel pass that touched it
+  };
+  struct Link {
+    double capacity = 0;
+    double level = kUnbounded;  // a flow of penalty p gets level / p here (infinite: not saturated)
+    double clock = 0;           // integral of level over time, up to `updated`
+    double updated = 0;
+    bool queued = false;
+    std::vector<std::uint64_t> flows;                 // every flow using it
+    std::set<std::pair<double, std::uint64_t>> done;  // bottlenecked flows by virtual finish
+  };
+  void advance(Link& link, double now);
+  double water_level(int link) const;
+  double cap_level(const Flow& flow, int except) const;
+  void relevel(double now, const std::vector<int>& dirty, std::uint64_t fresh);
+  std::vector<double> exact_levels() const;
+  void place(double now, std::uint64_t id, Flow& flow, double remaining);
+  double remaining_of(double now, const Flow& flow) const;
+  void refresh_completion(int link);
+
+  std::vector<Link> links_;
+  std::vector<Flow> flows_;  // by id; ids of finished flows are reused, lowest first
+  std::set<std::uint64_t> free_ids_;
+  std::size_t active_ = 0;
+  std::set<std::pair<double, std::uint64_t>> bound_done_;  // flows capped by their bound: (time, id)
+  std::set<std::pair<double, int>> link_done_;             // (next completion, link)
+  std::vector<double> link_next_;                          // each link's entry in link_done_
+  std::uint64_t pass_ = 0;
+  mutable std::vector<std::pair<double, double>> scratch_;
+};
+
+// Drives MaxMinFlows from SimGrid: routes and parameters from the platform, completions in
+// simulated time. transmit() blocks the calling actor like s4u::Comm::sendto.
+class FlowNetwork {
+ public:
+  FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, simgrid::s4u::Host* home);
+  void transmit(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes);
+
+ private:
+  struct Route {
+    double latency = 0;  // SimGrid's: sum of link latencies, before the latency factor
+    double penalty = 1;
+    double bound = MaxMinFlows::kUnbounded;
+    std::vector<MaxMinFlows::Use> uses;
+  };
+  struct Pending {
+    double bytes;
+    const Route* route;
+    simgrid::s4u::SemaphorePtr done;
+  };
+  const Route& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
+  int link_index(const simgrid::s4u::Link* link);
+  void run();
+
+  double bandwidth_factor_;
+  double latency_factor_;
+  bool cross_traffic_;
+  double weight_s_;
+  double tcp_gamma_;
+  MaxMinFlows solver_;
+  std::map<std::string, int, std::less<>> link_ids_;
+  std::map<std::pair<std::string, std::string>, Route> routes_;
+  std::multimap<std::pair<double, std::uint64_t>, Pending> joining_;  // (join time, sequence)
+  std::map<std::uint64_t, simgrid::s4u::SemaphorePtr> waiting_;       // flow id -> its sender
+  std::uint64_t next_sequence_ = 0;
+  simgrid::s4u::MutexPtr mutex_;
+  simgrid::s4u::ConditionVariablePtr wake_;
+};
+
+}  // namespace pstwin::sim
