@@ -217,6 +217,11 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   for (const auto& n : p.nodes) j["nodes"].push_back(node_info_json(n));
   j["bytes_sent"] = p.bytes_sent;
   j["bytes_received"] = p.bytes_received;
+  j["messages"] = p.messages;
+  j["epoch_s"] = p.epoch_s;
+  j["trace"] = ordered_json::array();
+  for (const auto& s : p.trace) j["trace"].push_back({s.thread, s.category, s.name, s.start_s, s.end_s});
+  j["trace_dropped"] = p.trace_dropped;
   return j;
 }
 
@@ -233,13 +238,20 @@ NodePart part_from_json(const nlohmann::json& j) {
   p.checked = j.at("checked");
   p.violation_count = j.at("violation_count");
   for (const auto& v : j.at("violations")) p.violations.push_back({v.at("invariant"), v.at("detail")});
+  add_tallies_from_json(j.at("by_invariant"), p.tallies);
   for (const auto& it : j.at("iterations"))
     p.iterations.push_back({it.at("index"), it.at("start_s"), it.at("end_s")});
   for (const auto& [key, hex] : j.at("digests").items()) p.digests[std::stoull(key)] = hex.get<std::string>();
   for (const auto& n : j.at("nodes")) p.nodes.push_back(node_info_from_json(n));
   p.bytes_sent = j.value("bytes_sent", std::uint64_t{0});
-  add_tallies_from_json(j.at("by_invariant"), p.tallies);
   p.bytes_received = j.value("bytes_received", std::uint64_t{0});
+  p.messages = j.value("messages", std::uint64_t{0});
+  p.epoch_s = j.value("epoch_s", 0.0);
+  if (j.contains("trace"))
+    for (const auto& s : j.at("trace"))
+      p.trace.push_back({"", 0, s.at(0).get<std::string>(), s.at(1).get<std::string>(),
+                         s.at(2).get<std::string>(), s.at(3).get<double>(), s.at(4).get<double>()});
+  p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
   return p;
 }
 
@@ -259,22 +271,38 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     report.invariants_checked += part.checked;
     report.violation_count += part.violation_count;
     for (const auto& v : part.violations) report.violations.push_back({v.invariant, name + ": " + v.detail});
+    for (const auto& [invariant, tally] : part.tallies) {
+      report.invariant_tallies[invariant].checked += tally.checked;
+      report.invariant_tallies[invariant].violated += tally.violated;
+    }
     for (const auto& it : part.iterations) {
       auto& s = slowest[it.index];
       s = std::max(s, it.end_s - it.start_s);
     }
     for (const auto& [key, hex] : part.digests) digests[key] = hex;
     if (part.role == Role::kScheduler) report.nodes = part.nodes;
+    report.messages += part.messages;
+    report.message_bytes += part.bytes_sent;
+    report.trace_dropped += part.trace_dropped;
+  }
+  // One trace: a process per node in part order, times shifted from each node's clock to the earliest.
+  double base = 0;
+  for (const auto& part : parts) base = base == 0 ? part.epoch_s : std::min(base, part.epoch_s);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto& part = parts[i];
+    const std::string label =
+        std::string(role_name(part.role)) +
+        (part.role != Role::kScheduler && part.rank >= 0 ? " " + std::to_string(part.rank) : "");
+    const double shift = part.epoch_s - base;
+    for (const auto& s : part.trace)
+      report.trace.push_back(
+          {label, static_cast<int>(i), s.thread, s.category, s.name, s.start_s + shift, s.end_s + shift});
   }
   for (const auto& [index, seconds] : slowest)
     report.iterations.push_back({static_cast<int>(index), seconds});
   // Exactly RunRecorder::fill.
   Digest digest;
   for (const auto& [key, hex] : digests) {
-    for (const auto& [invariant, tally] : part.tallies) {
-      report.invariant_tallies[invariant].checked += tally.checked;
-      report.invariant_tallies[invariant].violated += tally.violated;
-    }
     digest.update_u64(key);
     digest.update(std::as_bytes(std::span(hex.data(), hex.size())));
   }
@@ -284,6 +312,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
   if (!report.completed) {
     report.violations.push_back({"run", report.failure});
     ++report.violation_count;
+    ++report.invariant_tallies["run"].violated;
   }
   report.replay = replay_command(sc, std::nullopt, "run");
   return report;
@@ -311,7 +340,6 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   // when the nodes run in namespaces of their own.
   const int port = free_port();
   std::optional<NetnsCluster> cluster;
-    ++report.invariant_tallies["run"].violated;
   if (options.netns) cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log);
   const std::string root_uri = cluster ? cluster->host(sc.scheduler_host_name()).address : "127.0.0.1";
   base_env.insert(

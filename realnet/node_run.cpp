@@ -141,7 +141,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
   // within the job, names collide exactly when staging.naming makes them equal.
   auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
-  LocalHost host({false, 0, options.log, staging});
+  LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
 
   auto runtime = std::make_unique<ZmqNodeRuntime>(
       host, ZmqNodeRuntime::Options{label, 0, sc.seed, env.bind_address(), /*linger_ms=*/1000});
@@ -237,6 +237,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.nodes = std::move(stats.nodes);
   part.bytes_sent = sent.message_bytes;
   part.bytes_received = bytes_received;
+  part.messages = sent.messages;
+  part.epoch_s = host.epoch_s();
+  part.trace = std::move(sent.trace);
+  part.trace_dropped = sent.trace_dropped;
   return result;
 }
 

@@ -12,6 +12,7 @@
 #include "ps/control.hpp"
 #include "ps/invariants.hpp"
 #include "realnet/node_env.hpp"
+#include "report/run_report.hpp"
 #include "scenario/scenario.hpp"
 
 namespace pstwin::realnet {
@@ -32,8 +33,8 @@ struct NodePart {
   std::uint64_t checked = 0;
   std::uint64_t violation_count = 0;
   std::vector<Violation> violations;
-  struct Iteration {
   InvariantTallies tallies;
+  struct Iteration {
     std::uint32_t index = 0;
     double start_s = 0;
     double end_s = 0;
@@ -43,6 +44,10 @@ struct NodePart {
   std::vector<NodeInfo> nodes;                   // the scheduler: the node table
   std::uint64_t bytes_sent = 0;                  // wire bytes (header + payload) of its messages
   std::uint64_t bytes_received = 0;
+  std::uint64_t messages = 0;    // messages it sent
+  double epoch_s = 0;            // zero of its span times on the host's steady clock (LocalHost::epoch_s)
+  std::vector<TraceSpan> trace;  // its spans when output.trace is on
+  std::uint64_t trace_dropped = 0;
 };
 
 struct NodeRunResult {

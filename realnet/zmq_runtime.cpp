@@ -1,14 +1,16 @@
 #include "realnet/zmq_runtime.hpp"
 
+#include <malloc.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
-#include <future>
 #include <iostream>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -58,6 +60,48 @@ class EventFd {
   int fd_;
 };
 
+// Message buffers of megabytes are allocated on one thread (a worker's loop, ZeroMQ's I/O thread,
+// an engine lane) and freed on another. With glibc's defaults each is mmap'ed and unmapped, or lands
+// in a per-thread arena whose heap is trimmed or deleted when it empties, so every new buffer
+// page-faults its memory in again: measured on loopback, that cost more CPU than moving the bytes.
+// One arena, no mmap below 32 MiB and no trimming below 1 GiB keep freed buffers for reuse.
+void keep_freed_buffers_for_reuse() {
+  static const bool done = [] {
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  static_cast<void>(done);
+}
+
+// A frame that sends `payload`'s bytes without copying them: ZeroMQ's I/O thread reads them in
+// place and the frame keeps the payload's buffer alive until it is done with them.
+zmq::message_t zero_copy_frame(Payload payload) {
+  auto owner = std::make_unique<Payload>(std::move(payload));
+  const auto bytes = owner->bytes();
+  zmq::message_t frame(
+      const_cast<std::byte*>(bytes.data()), bytes.size(),
+      [](void*, void* hint) { std::unique_ptr<Payload>(static_cast<Payload*>(hint)); }, owner.get());
+  static_cast<void>(owner.release());  // the frame's free function owns it now
+  return frame;
+}
+
+// A payload that owns a received frame: its bytes stay where ZeroMQ received them and are freed when
+// the last Payload sharing them goes. A frame whose data is not float-aligned (ZeroMQ may receive
+// a small message inside a shared batch buffer) is copied instead, so floats() stays well defined.
+Payload adopt_frame(zmq::message_t frame, std::uint64_t& copied_bytes) {
+  if (frame.size() == 0) return Payload{};
+  auto* data = frame.data<std::byte>();
+  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0) {
+    copied_bytes += frame.size();
+    return Payload::copy_of(std::span<const std::byte>(data, frame.size()));
+  }
+  const auto size = frame.size();
+  auto owner = std::make_shared<zmq::message_t>(std::move(frame));
+  return Payload::adopt(std::make_shared<ByteBuffer>(data, size, [owner] {}));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- SharedStaging
@@ -74,7 +118,9 @@ std::shared_ptr<ByteBuffer> SharedStaging::open(std::string_view name, std::size
 
 LocalHost::LocalHost(Options options)
     : options_(std::move(options)),
-      staging_(options_.staging ? options_.staging : std::make_shared<SharedStaging>()) {}
+      staging_(options_.staging ? options_.staging : std::make_shared<SharedStaging>()) {
+  keep_freed_buffers_for_reuse();
+}
 
 Seconds LocalHost::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
@@ -91,6 +137,10 @@ void LocalHost::fail(const std::string& who, const std::string& text) {
   std::lock_guard lock(mutex_);
   if (failure_.empty()) failure_ = who + ": " + text;
   changed_.notify_all();
+}
+
+double LocalHost::epoch_s() const {
+  return std::chrono::duration<double>(epoch_.time_since_epoch()).count();
 }
 
 bool LocalHost::wait_all_stopped(int nodes, std::chrono::steady_clock::time_point deadline) {
@@ -115,7 +165,7 @@ Seconds LocalHost::last_stop() const {
 }
 
 void LocalHost::record_span(TraceSpan span) {
-  if (!options_.trace) return;
+  if (!tracing()) return;
   std::lock_guard lock(mutex_);
   if (trace_.size() >= options_.trace_max_events) {
     ++trace_dropped_;
@@ -167,11 +217,19 @@ ThreadExecutor::~ThreadExecutor() {
 void ThreadExecutor::submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
                             std::function<void()> done) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
+  const bool nothing_to_do = cost.seconds <= 0 && cost.flops <= 0 && !work;
   {
     std::lock_guard lock(target.mutex);
-    target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done)});
+    if (!nothing_to_do || target.busy || !target.tasks.empty()) {
+      target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done)});
+      target.ready.notify_one();
+      return;
+    }
   }
-  target.ready.notify_one();
+  // Every earlier task of this lane has posted its `done`: posting this one now keeps the order.
+  const Seconds at = node_.now();
+  node_.trace_lane(target.name, name_, label, at, at);
+  node_.post(std::move(done));
 }
 
 void ThreadExecutor::run_lane(Lane& lane, std::stop_token stop) {
@@ -182,6 +240,7 @@ void ThreadExecutor::run_lane(Lane& lane, std::stop_token stop) {
       if (!lane.ready.wait(lock, stop, [&] { return !lane.tasks.empty(); })) return;
       task = std::move(lane.tasks.front());
       lane.tasks.pop_front();
+      lane.busy = true;
     }
     const Seconds start = node_.now();
     // The modelled duration is slept (interruptibly, so shutdown is prompt). cost.flops is not
@@ -197,154 +256,122 @@ void ThreadExecutor::run_lane(Lane& lane, std::stop_token stop) {
     if (task.work) task.work();
     node_.trace_lane(lane.name, name_, task.label, start, node_.now());
     node_.post(std::move(task.done));
+    std::lock_guard lock(lane.mutex);
+    lane.busy = false;
   }
 }
 
-// ---------------------------------------------------------------- ZmqNodeRuntime::Io
+// ---------------------------------------------------------------- ZmqNodeRuntime::Sockets
 
-// Every ZeroMQ socket of the node lives on this one thread. Other threads queue connects and
-// messages under `mutex_` and signal the eventfd, which the thread polls next to its ROUTER.
-class ZmqNodeRuntime::Io {
+// Every ZeroMQ socket of the node: a ROUTER that receives from every peer and one DEALER per peer
+// address. Bound by the constructor's thread, then used only by the event loop (ZeroMQ sockets may
+// move between threads, never be shared), closed once the loop has ended.
+class ZmqNodeRuntime::Sockets {
  public:
-  explicit Io(ZmqNodeRuntime& owner) : owner_(owner) {
-    std::promise<std::string> bound;
-    auto address = bound.get_future();
-    thread_ = std::jthread([this, &bound] { run(bound); });
-    static_cast<void>(address.get());  // waits for the bind; rethrows its failure
-  }
-  ~Io() {
-    {
-      std::lock_guard lock(mutex_);
-      exit_ = true;
+  explicit Sockets(ZmqNodeRuntime& owner) : owner_(owner) {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
+    router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
+    try {
+      router_.bind("tcp://" + owner_.options_.bind);
+    } catch (const zmq::error_t& e) {
+      throw BindError("cannot bind " + owner_.options_.bind + ": " + e.what());
     }
-    wake_.signal();
-    thread_.join();  // closes every socket before context_ goes
+    std::string endpoint = router_.get(zmq::sockopt::last_endpoint);
+    constexpr std::string_view kScheme = "tcp://";
+    if (endpoint.starts_with(kScheme)) endpoint.erase(0, kScheme.size());
+    address_ = endpoint;
   }
-  Io(const Io&) = delete;
-  Io& operator=(const Io&) = delete;
+  Sockets(const Sockets&) = delete;
+  Sockets& operator=(const Sockets&) = delete;
 
   const std::string& address() const { return address_; }
+  const EventFd& wake() const { return wake_; }
 
-  void connect(NodeId id, std::string address) {
-    {
-      std::lock_guard lock(mutex_);
-      connects_.emplace_back(id, std::move(address));
+  void connect(NodeId id, const std::string& address) {
+    auto it = dealers_.find(address);
+    if (it == dealers_.end()) {
+      zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+      // The receiver's ROUTER names this connection by our address.
+      dealer.set(zmq::sockopt::routing_id, address_);
+      dealer.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
+      dealer.set(zmq::sockopt::sndhwm, 0);
+      dealer.connect("tcp://" + address);
+      it = dealers_.emplace(address, std::move(dealer)).first;
     }
-    wake_.signal();
+    routes_[id] = &it->second;
   }
 
-  void send(Message message) {
-    {
-      std::lock_guard lock(mutex_);
-      auto key = send_order_key(message);
-      outgoing_[message.header.recipient].emplace(key, std::move(message));
+  // Queued per peer in the simulator's stream order; what one loop round queued leaves in flush().
+  void queue(Message message) {
+    auto key = send_order_key(message);
+    outgoing_[message.header.recipient].emplace(key, std::move(message));
+  }
+
+  void flush() {
+    for (auto& [to, queue] : outgoing_) {
+      if (queue.empty()) continue;
+      auto route = routes_.find(to);
+      if (route == routes_.end()) {
+        owner_.log("dropped " + std::to_string(queue.size()) + " message(s) to node " + std::to_string(to) +
+                   ": no socket for it");
+      } else {
+        for (auto& [key, message] : queue) transmit(*route->second, std::move(message));
+      }
+      queue.clear();
     }
-    wake_.signal();
+  }
+
+  // Hands every complete message waiting on the ROUTER to the protocol, until the node halts.
+  void receive_all() {
+    while (!owner_.halt_.load()) {
+      const Seconds start = owner_.now();
+      std::vector<zmq::message_t> parts;
+      const auto received =
+          zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait);
+      if (!received) return;
+      handle(parts, start);
+    }
+  }
+
+  // Sleeps until a message arrives, the eventfd is signalled, or `timeout_ms` passes (-1: no limit).
+  void wait(long timeout_ms) {
+    std::array<zmq::pollitem_t, 2> items{};
+    items[0] = {router_.handle(), 0, ZMQ_POLLIN, 0};
+    items[1] = {nullptr, wake_.fd(), ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds{timeout_ms});
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+      return;  // a signal interrupted the wait
+    }
+    if ((items[1].revents & ZMQ_POLLIN) != 0) wake_.drain();
   }
 
  private:
-  void run(std::promise<std::string>& bound) {
-    std::map<std::string, zmq::socket_t> dealers;  // one per peer address
-    std::map<NodeId, zmq::socket_t*> routes;
-    bool delivered = false;  // `bound` lives only until the constructor has the address
-    try {
-      zmq::socket_t router(context_, zmq::socket_type::router);
-      router.set(zmq::sockopt::linger, 0);
-      router.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
-      router.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
-      try {
-        router.bind("tcp://" + owner_.options_.bind);
-      } catch (const zmq::error_t& e) {
-        throw BindError("cannot bind " + owner_.options_.bind + ": " + e.what());
-      }
-      std::string endpoint = router.get(zmq::sockopt::last_endpoint);
-      constexpr std::string_view kScheme = "tcp://";
-      if (endpoint.starts_with(kScheme)) endpoint.erase(0, kScheme.size());
-      address_ = endpoint;  // before set_value, which publishes it to the constructor
-      bound.set_value(endpoint);
-      delivered = true;
-
-      std::array<zmq::pollitem_t, 2> items{};
-      while (true) {
-        items[0] = {router.handle(), 0, ZMQ_POLLIN, 0};
-        items[1] = {nullptr, wake_.fd(), ZMQ_POLLIN, 0};
-        try {
-          zmq::poll(items.data(), items.size(), std::chrono::milliseconds{-1});
-        } catch (const zmq::error_t& e) {
-          if (e.num() != EINTR) throw;
-          continue;  // a signal interrupted the wait
-        }
-        if ((items[1].revents & ZMQ_POLLIN) != 0) wake_.drain();
-
-        bool exit = false;
-        std::vector<std::pair<NodeId, std::string>> connects;
-        std::map<NodeId, std::map<SendOrderKey, Message>> outgoing;
-        {
-          std::lock_guard lock(mutex_);
-          exit = exit_;
-          connects.swap(connects_);
-          outgoing.swap(outgoing_);
-        }
-        if (exit && owner_.options_.linger_ms <= 0) return;
-        for (auto& [id, address] : connects) {
-          auto it = dealers.find(address);
-          if (it == dealers.end()) {
-            zmq::socket_t dealer(context_, zmq::socket_type::dealer);
-            // The receiver's ROUTER names this connection by our address.
-            dealer.set(zmq::sockopt::routing_id, address_);
-            dealer.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
-            dealer.set(zmq::sockopt::sndhwm, 0);
-            dealer.connect("tcp://" + address);
-            it = dealers.emplace(address, std::move(dealer)).first;
-          }
-          routes[id] = &it->second;
-        }
-        for (auto& [to, queue] : outgoing) {
-          auto route = routes.find(to);
-          if (route == routes.end()) {
-            owner_.log("dropped " + std::to_string(queue.size()) + " message(s) to node " +
-                       std::to_string(to) + ": no socket for it");
-            continue;
-          }
-          for (auto& [key, message] : queue) transmit(*route->second, std::move(message));
-        }
-        if (exit) return;  // lingering: what was queued is now with ZeroMQ, which flushes it on close
-        if ((items[0].revents & ZMQ_POLLIN) != 0) receive_all(router);
-      }
-    } catch (const std::exception& e) {
-      if (!delivered)
-        bound.set_exception(std::current_exception());  // the constructor rethrows it
-      else
-        owner_.fail(std::string("I/O thread: ") + e.what());
-    }
+  static std::string span_name(const MessageHeader& header) {
+    return std::string(command_name(header.command)) + (header.is_response ? " response" : "");
   }
 
   void transmit(zmq::socket_t& socket, Message message) {
+    const Seconds start = owner_.now();
     // A zero-copy view is read now, at transmission, as the simulator does.
     message.payload = message.payload.frozen();
     const HeaderBytes header = encode_header(message.header, message.payload, /*compute_crc=*/true);
+    const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
     const bool body = !message.payload.is_phantom() && !message.payload.empty();
     socket.send(zmq::message_t(header.data(), header.size()),
                 body ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    if (body) {
-      const auto bytes = message.payload.bytes();
-      socket.send(zmq::message_t(bytes.data(), bytes.size()), zmq::send_flags::none);
-    }
-    owner_.host_.count_message(kHeaderBytes + message.payload.size());
-  }
-
-  void receive_all(zmq::socket_t& router) {
-    while (true) {
-      std::vector<zmq::message_t> parts;
-      const auto received = zmq::recv_multipart(router, std::back_inserter(parts), zmq::recv_flags::dontwait);
-      if (!received) return;
-      handle(parts);
-    }
+    if (body) socket.send(zero_copy_frame(std::move(message.payload)), zmq::send_flags::none);
+    owner_.host_.count_message(wire_bytes);
+    if (owner_.host_.tracing())
+      owner_.trace_lane("send->" + std::to_string(message.header.recipient), "send",
+                        span_name(message.header), start, owner_.now());
   }
 
   // Validates one multipart message [routing id, header, payload?] and delivers it, or rejects it
   // with a log line naming the field at fault. Never trusts a length before checking it.
-  void handle(std::vector<zmq::message_t>& parts) {
+  void handle(std::vector<zmq::message_t>& parts, Seconds start) {
     const std::string from = parts.empty() ? "?" : printable(parts[0].to_string_view());
     auto reject = [&](std::string_view field, const std::string& detail) {
       ++owner_.rejected_;
@@ -384,22 +411,27 @@ class ZmqNodeRuntime::Io {
       if (const auto crc = payload_crc32(body); crc != message.header.payload_crc)
         return reject("payload_crc", "header says " + std::to_string(message.header.payload_crc) +
                                          ", payload gives " + std::to_string(crc));
-      // v0 copies; adopting the zmq::message_t's storage would make the receive zero-copy.
-      message.payload = Payload::copy_of(body);
+      if (carried != 0) {
+        std::uint64_t copied = 0;
+        message.payload = adopt_frame(std::move(parts[2]), copied);
+        if (copied != 0) owner_.received_bytes_copied_ += copied;
+      }
     }
-    owner_.deliver(std::move(message));
+    if (owner_.host_.tracing())
+      owner_.trace_lane("recv<-" + std::to_string(message.header.sender), "receive",
+                        span_name(message.header), start, owner_.now());
+    owner_.protocol_->on_message(std::move(message));
   }
 
   ZmqNodeRuntime& owner_;
   const DecodeLimits limits_{};
-  zmq::context_t context_{1};
-  EventFd wake_;
-  std::mutex mutex_;
-  bool exit_ = false;
-  std::vector<std::pair<NodeId, std::string>> connects_;
+  zmq::context_t context_{1};  // first: destroyed last, after every socket
+  zmq::socket_t router_{context_, zmq::socket_type::router};
+  std::map<std::string, zmq::socket_t> dealers_;  // one per peer address
+  std::map<NodeId, zmq::socket_t*> routes_;
   std::map<NodeId, std::map<SendOrderKey, Message>> outgoing_;
+  EventFd wake_;
   std::string address_;
-  std::jthread thread_;  // last: joined (explicitly) before the members it uses go
 };
 
 // ---------------------------------------------------------------- ZmqNodeRuntime
@@ -408,8 +440,8 @@ ZmqNodeRuntime::ZmqNodeRuntime(LocalHost& host, Options options)
     : host_(host),
       options_(std::move(options)),
       host_name_(this_host_name()),
-      io_(std::make_unique<Io>(*this)) {
-  address_ = io_->address();
+      sockets_(std::make_unique<Sockets>(*this)) {
+  address_ = sockets_->address();
 }
 
 ZmqNodeRuntime::~ZmqNodeRuntime() {
@@ -418,7 +450,7 @@ ZmqNodeRuntime::~ZmqNodeRuntime() {
     std::lock_guard lock(executors_mutex_);
     executors_.clear();  // lanes may still run `work` on protocol data: join them first
   }
-  io_.reset();
+  sockets_.reset();  // with linger > 0, waits for what was handed to ZeroMQ to leave
   protocol_.reset();
 }
 
@@ -427,41 +459,57 @@ void ZmqNodeRuntime::start() {
 }
 
 void ZmqNodeRuntime::halt() {
-  {
-    std::lock_guard lock(mutex_);
-    halt_ = true;
-  }
-  wake_.notify_all();
+  halt_.store(true);
+  wake_loop();
   if (loop_.joinable()) loop_.join();
 }
 
+void ZmqNodeRuntime::wake_loop() {
+  if (!wake_pending_.exchange(true)) sockets_->wake().signal();
+}
+
 void ZmqNodeRuntime::run_loop() {
+  loop_id_.store(std::this_thread::get_id());
   try {
     protocol_->start();
-    std::unique_lock lock(mutex_);
-    while (!halt_) {
-      if (!events_.empty()) {
-        auto event = std::move(events_.front());
-        events_.pop_front();
-        lock.unlock();  // handlers call back into send/start_timer, which lock
+    std::deque<std::function<void()>> batch;
+    while (!halt_.load()) {
+      {
+        std::lock_guard lock(mutex_);
+        batch.swap(events_);
+      }
+      for (auto& event : batch) {
+        if (halt_.load()) break;
         event();
-        lock.lock();
-        continue;
       }
-      if (timers_.empty()) {
-        wake_.wait(lock);
-        continue;
-      }
-      if (auto fire = timers_.pop_due(now())) {
-        lock.unlock();
+      batch.clear();
+      sockets_->receive_all();
+      while (!halt_.load()) {
+        std::optional<std::function<void()>> fire;
+        {
+          std::lock_guard lock(mutex_);
+          fire = timers_.pop_due(now());
+        }
+        if (!fire) break;
         (*fire)();
-        lock.lock();
-        continue;
       }
-      const Seconds left = timers_.next_deadline() - now();
-      wake_.wait_for(
-          lock, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(left)));
+      sockets_->flush();
+      if (halt_.load()) break;
+
+      // Sleep in zmq_poll until a message, a post (eventfd) or the next timer. Clearing the flag
+      // before looking at the queue means a post after the look signals the eventfd.
+      wake_pending_.store(false);
+      long timeout_ms = -1;
+      {
+        std::lock_guard lock(mutex_);
+        if (!events_.empty())
+          timeout_ms = 0;
+        else if (!timers_.empty())
+          timeout_ms = std::max(0L, static_cast<long>(std::ceil((timers_.next_deadline() - now()) * 1e3)));
+      }
+      sockets_->wait(timeout_ms);
     }
+    sockets_->flush();  // what the last handler sent (a shutdown ack) still goes out
   } catch (const std::exception& e) {
     fail(std::string("uncaught exception: ") + e.what());
   }
@@ -471,22 +519,26 @@ void ZmqNodeRuntime::post(std::function<void()> event) {
   if (!event) return;
   {
     std::lock_guard lock(mutex_);
-    if (halt_) return;  // the loop is gone; nothing will run it
+    if (halt_.load()) return;  // the loop is gone; nothing will run it
     events_.push_back(std::move(event));
   }
-  wake_.notify_one();
-}
-
-void ZmqNodeRuntime::deliver(Message message) {
-  post([this, message = std::move(message)]() mutable { protocol_->on_message(std::move(message)); });
+  if (!on_loop()) wake_loop();  // the loop itself looks at the queue before it sleeps
 }
 
 void ZmqNodeRuntime::connect(NodeId id, std::string_view address) {
+  if (!on_loop()) {
+    post([this, id, to = std::string(address)] { connect(id, to); });
+    return;
+  }
   peers_[id] = std::string(address);
-  io_->connect(id, std::string(address));
+  sockets_->connect(id, std::string(address));
 }
 
 void ZmqNodeRuntime::send(Message message) {
+  if (!on_loop()) {  // sequence numbers and sockets belong to the loop
+    post([this, message = std::move(message)]() mutable { send(std::move(message)); });
+    return;
+  }
   const NodeId to = message.header.recipient;
   if (!peers_.contains(to)) {
     fail(options_.label + " has no connection to node " + std::to_string(to) + " (no address known for it)");
@@ -494,13 +546,16 @@ void ZmqNodeRuntime::send(Message message) {
   }
   message.header.sender = self_;
   message.header.sequence = next_sequence_++;
-  io_->send(std::move(message));
+  sockets_->queue(std::move(message));
 }
 
 TimerId ZmqNodeRuntime::start_timer(Seconds delay, std::function<void()> fire) {
-  std::lock_guard lock(mutex_);
-  const TimerId id = timers_.add(now() + delay, std::move(fire));
-  wake_.notify_one();
+  TimerId id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    id = timers_.add(now() + delay, std::move(fire));
+  }
+  if (!on_loop()) wake_loop();
   return id;
 }
 
@@ -538,6 +593,7 @@ void ZmqNodeRuntime::trace_span(std::string_view category, std::string_view name
 
 void ZmqNodeRuntime::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
                                 Seconds start, Seconds end) {
+  if (!host_.tracing()) return;
   host_.record_span({options_.label, options_.pid, std::string(lane), std::string(category),
                      std::string(name), start, end});
 }
@@ -549,11 +605,8 @@ void ZmqNodeRuntime::log(std::string_view text) {
 }
 
 void ZmqNodeRuntime::mark_stopped() {
-  {
-    std::lock_guard lock(mutex_);
-    halt_ = true;
-  }
-  wake_.notify_all();
+  halt_.store(true);
+  if (!on_loop()) wake_loop();
   if (!stopped_flag_.exchange(true)) host_.node_stopped();
 }
 

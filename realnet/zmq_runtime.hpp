@@ -1,7 +1,8 @@
 // The real-network backend: one ZmqNodeRuntime per protocol node, talking ZeroMQ over TCP.
-// Threads per node: an event loop (protocol state: start, deliveries, timers, executor `done`s),
-// one I/O thread that owns every ZeroMQ socket of the node (sockets are not thread-safe), and one
-// thread per executor lane. Nodes of one process share a LocalHost: staging, run outcome, trace.
+// Threads per node: an event loop that owns protocol state and every ZeroMQ socket of the node
+// (start, receives, timers, executor `done`s, sends; it sleeps in zmq_poll on its ROUTER and an
+// eventfd), ZeroMQ's own I/O thread, and one thread per executor lane. Nodes of one process share a
+// LocalHost: staging, run outcome, trace.
 #pragma once
 
 #include <atomic>
@@ -52,6 +53,9 @@ class LocalHost {
   explicit LocalHost(Options options);
 
   Seconds now() const;
+  // now()'s zero on the steady clock, which every process of this host shares: aligns the traces of
+  // a job's node processes.
+  double epoch_s() const;
   StagingArea& staging() { return *staging_; }
 
   void node_stopped();
@@ -62,6 +66,7 @@ class LocalHost {
   std::string failure() const;
   Seconds last_stop() const;
 
+  bool tracing() const { return options_.trace; }
   void record_span(TraceSpan span);
   void count_message(std::uint64_t wire_bytes);
   void log_line(const std::string& line);
@@ -91,7 +96,8 @@ class BindError : public std::runtime_error {
 };
 
 // One OS thread and one task FIFO per lane. A task sleeps its modelled cost, runs `work` on the
-// lane, then posts `done` to the node's event loop.
+// lane, then posts `done` to the node's event loop. A task with no cost and no work submitted to an
+// idle lane posts `done` at once: the same order, without waking the lane's thread.
 class ThreadExecutor final : public Executor {
  public:
   ThreadExecutor(ZmqNodeRuntime& node, std::string name, int lanes);
@@ -112,6 +118,7 @@ class ThreadExecutor final : public Executor {
     std::mutex mutex;
     std::condition_variable_any ready;
     std::deque<Task> tasks;
+    bool busy = false;    // a task was taken and its `done` not yet posted
     std::jthread thread;  // last: joined before the queue it reads is destroyed
   };
   void run_lane(Lane& lane, std::stop_token stop);
@@ -147,6 +154,8 @@ class ZmqNodeRuntime final : public Runtime {
   std::string describe() const;  // call only after halt()
   const std::string& label() const { return options_.label; }
   std::uint64_t rejected_frames() const { return rejected_.load(); }
+  // Payload bytes received into a copy rather than adopted in place (small, misaligned frames).
+  std::uint64_t received_bytes_copied() const { return received_bytes_copied_.load(); }
   void post(std::function<void()> event);  // run on the event loop; any thread
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
                   Seconds end);
@@ -171,10 +180,11 @@ class ZmqNodeRuntime final : public Runtime {
   void fail(std::string text) override;
 
  private:
-  class Io;  // the I/O thread's sockets (zmq types stay out of this header)
+  class Sockets;  // the event loop's ZeroMQ sockets (zmq types stay out of this header)
   void run_loop();
-  void deliver(Message message);  // from the I/O thread: runs on_message on the event loop
   void mark_stopped();
+  bool on_loop() const { return std::this_thread::get_id() == loop_id_.load(); }
+  void wake_loop();  // from another thread: the loop leaves zmq_poll
 
   LocalHost& host_;
   Options options_;
@@ -183,13 +193,14 @@ class ZmqNodeRuntime final : public Runtime {
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
 
-  // Event loop state, guarded by mutex_: posted events run FIFO, then due timers in (deadline, id)
-  // order (an ordered map is the min-heap that also supports cancellation).
+  // Event loop state, guarded by mutex_: posted events run FIFO, then received messages, then due
+  // timers in (deadline, id) order, then queued sends go out.
   std::mutex mutex_;
-  std::condition_variable wake_;
-  bool halt_ = false;
+  std::atomic<bool> halt_ = false;
+  std::atomic<bool> wake_pending_ = false;  // an eventfd signal is on its way: others need not send one
   std::deque<std::function<void()>> events_;
   TimerQueue timers_;
+  std::atomic<std::thread::id> loop_id_{};
   std::atomic<bool> stopped_flag_ = false;
 
   // Touched only on the event loop thread (the protocol's calls).
@@ -201,7 +212,8 @@ class ZmqNodeRuntime final : public Runtime {
   std::map<std::string, std::unique_ptr<ThreadExecutor>, std::less<>> executors_;
 
   std::atomic<std::uint64_t> rejected_ = 0;
-  std::unique_ptr<Io> io_;
+  std::atomic<std::uint64_t> received_bytes_copied_ = 0;
+  std::unique_ptr<Sockets> sockets_;
   std::jthread loop_;
 };
 

@@ -146,7 +146,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
   }
   write_outputs(report, scenario, out_dir);
   std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
-            << (scenario.output.trace ? ", trace.json (no spans)" : "") << ", resolved.toml, parts/\n";
+            << (scenario.output.trace ? ", trace.json" : "") << ", resolved.toml, parts/\n";
   return report.ok() ? 0 : 1;
 }
 

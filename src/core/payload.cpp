@@ -43,6 +43,15 @@ ByteBuffer::ByteBuffer(std::size_t size) : size_(size) {
   data_.reset(static_cast<std::byte*>(raw));
 }
 
+ByteBuffer::ByteBuffer(std::span<const std::byte> bytes) : size_(bytes.size()) {
+  const std::size_t padded = padded_size(size_);
+  void* raw = std::aligned_alloc(kAlignment, padded);
+  if (raw == nullptr) throw std::bad_alloc();
+  data_.reset(static_cast<std::byte*>(raw));
+  if (!bytes.empty()) std::memcpy(raw, bytes.data(), bytes.size());
+  std::memset(data_.get() + size_, 0, padded - size_);  // only the padding: as deterministic as above
+}
+
 Payload Payload::phantom(std::uint64_t size) {
   Payload p;
   p.kind_ = Kind::kPhantom;
@@ -52,9 +61,7 @@ Payload Payload::phantom(std::uint64_t size) {
 
 Payload Payload::copy_of(std::span<const std::byte> bytes) {
   if (bytes.empty()) return Payload{};
-  auto buffer = std::make_shared<ByteBuffer>(bytes.size());
-  std::memcpy(buffer->data(), bytes.data(), bytes.size());
-  return adopt(std::move(buffer));
+  return adopt(std::make_shared<ByteBuffer>(bytes));
 }
 
 Payload Payload::adopt(std::shared_ptr<const ByteBuffer> buffer) {

@@ -16,6 +16,8 @@ namespace pstwin {
 class ByteBuffer {
  public:
   explicit ByteBuffer(std::size_t size);
+  // A copy of `bytes` (written once: not zeroed first).
+  explicit ByteBuffer(std::span<const std::byte> bytes);
   // Wraps memory owned elsewhere (a shared-memory mapping): `release` runs once, when the buffer goes.
   ByteBuffer(std::byte* external, std::size_t size, std::function<void()> release);
   ByteBuffer(const ByteBuffer&) = delete;

@@ -1,0 +1,348 @@
+// Loopback bench of the real backend against raw TCP, in one run: 1 scheduler, 1 server and 2
+// workers as in-process ZmqNodeRuntime nodes on 127.0.0.1 (realnet::run_local), values of 4 KB,
+// 1 MB and 16 MB.
+//  - blocking latency: one value per iteration (push, ack, pull, response; sync mode, so each
+//    iteration waits for both workers), p50/p99 of the slowest worker's iteration time;
+//  - pipelined aggregate: many values per iteration, pushes bounded by ps.scheduling_credit,
+//    (push + pull bytes of both workers) / time;
+//  - raw TCP on 127.0.0.1 (TCP_NODELAY): a ping-pong echoing the same size (latency) and one
+//    streaming connection writing that size per write() (throughput).
+// It prints both and the ratio, with the CPU seconds (user+sys) each phase used and the load
+// average: on a shared machine, wall times are noisy. Usage:
+//   bench_loopback [--sizes 4KB,1MB,16MB] [--credit N] [--quick] [--only latency|pipelined|tcp]
+//                  [--set FIELD=VALUE]...
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "realnet/local_run.hpp"
+#include "scenario/scenario.hpp"
+#include "scenario/units.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU seconds (user + sys) this process used so far.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto secs = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return secs(usage.ru_utime) + secs(usage.ru_stime);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto index = static_cast<std::size_t>(std::ceil(p * static_cast<double>(values.size()))) - 1;
+  return values[std::min(index, values.size() - 1)];
+}
+
+std::string size_text(std::uint64_t bytes) {
+  if (bytes % (1024 * 1024) == 0) return std::to_string(bytes / (1024 * 1024)) + "MB";
+  if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + "KB";
+  return std::to_string(bytes) + "B";
+}
+
+// ---------------------------------------------------------------- raw TCP
+
+// An owned socket descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+[[noreturn]] void sys_error(const char* what) {
+  throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
+}
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) sys_error("TCP_NODELAY");
+}
+
+void write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      sys_error("send");
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+// False at end of stream.
+bool read_all(int fd, char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, data, size, 0);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      sys_error("recv");
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// A connected pair over 127.0.0.1 (a listener on an ephemeral port, closed once accepted).
+std::pair<Fd, Fd> tcp_pair() {
+  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (listener.get() < 0) sys_error("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) sys_error("bind 127.0.0.1:0");
+  if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) sys_error("getsockname");
+  if (::listen(listener.get(), 1) != 0) sys_error("listen");
+  Fd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (client.get() < 0) sys_error("socket");
+  if (::connect(client.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) sys_error("connect");
+  Fd server(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (server.get() < 0) sys_error("accept");
+  set_nodelay(client.get());
+  set_nodelay(server.get());
+  return {std::move(client), std::move(server)};
+}
+
+// Round trips of `size` bytes each way (the peer echoes), seconds each.
+std::vector<double> tcp_ping_pong(std::uint64_t size, int rounds) {
+  auto [client, server] = tcp_pair();
+  std::jthread echo([fd = server.get(), size] {
+    std::vector<char> buffer(size);
+    while (read_all(fd, buffer.data(), size)) write_all(fd, buffer.data(), size);
+  });
+  std::vector<char> out(size, 'x');
+  std::vector<char> in(size);
+  std::vector<double> times;
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = Clock::now();
+    write_all(client.get(), out.data(), size);
+    if (!read_all(client.get(), in.data(), size)) throw std::runtime_error("echo peer closed");
+    times.push_back(seconds_since(start));
+  }
+  ::shutdown(client.get(), SHUT_WR);  // ends the echo loop
+  return times;
+}
+
+// One connection streaming `total` bytes in writes of `size`; bytes per second.
+double tcp_stream(std::uint64_t size, std::uint64_t total) {
+  auto [client, server] = tcp_pair();
+  const std::uint64_t chunks = std::max<std::uint64_t>(1, total / size);
+  std::jthread sink([fd = server.get(), size] {
+    std::vector<char> buffer(std::max<std::uint64_t>(size, 1 << 20));
+    while (::recv(fd, buffer.data(), buffer.size(), 0) > 0) {
+    }
+  });
+  std::vector<char> out(size, 'x');
+  const auto start = Clock::now();
+  for (std::uint64_t i = 0; i < chunks; ++i) write_all(client.get(), out.data(), size);
+  ::shutdown(client.get(), SHUT_WR);
+  sink.join();  // the last byte is received, not just queued
+  return static_cast<double>(chunks * size) / seconds_since(start);
+}
+
+// ---------------------------------------------------------------- pstwin
+
+// 1 server, 2 workers, one tensor of `values` x `size` split into `values` partitions, no compute,
+// no staging (workers push their own buffers, as ps-lite's KV benchmark does), real payloads.
+// Invariant checks and the trace are off: they read every byte on the event loops being measured.
+pstwin::Scenario bench_scenario(std::uint64_t size, int values, int iterations, int credit,
+                                const Overrides& sets) {
+  std::ostringstream toml;
+  toml << "name = \"bench_loopback\"\n"
+       << "[roles]\nservers = 1\nworkers = 2\n"
+       << "[ps]\nmode = \"sync\"\npartition_bytes = " << size << "\nscheduling_credit = " << credit
+       << "\n[workload]\ntensor_bytes = [" << size * static_cast<std::uint64_t>(values)
+       << "]\ncompute = \"0s\"\niterations = " << iterations << "\npayload = \"real\"\n"
+       << "[staging]\nenabled = false\n"
+       << "[invariants]\naggregates = false\nupdates = false\nsync_identical = false\n"
+       << "[output]\ntrace = false\n";
+  return pstwin::parse_scenario(toml.str(), "bench_loopback", sets);
+}
+
+std::vector<double> iteration_times(const pstwin::RunReport& report) {
+  if (!report.completed) throw std::runtime_error("the real run failed: " + report.failure);
+  std::vector<double> times;
+  for (const auto& it : report.iterations) times.push_back(it.time_s);
+  return times;
+}
+
+// Drops the first tenth (connections warming, allocator growing).
+std::vector<double> steady(std::vector<double> times) {
+  times.erase(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 10));
+  return times;
+}
+
+struct Row {
+  std::uint64_t size = 0;
+  double ps_p50 = 0, ps_p99 = 0, tcp_p50 = 0, tcp_p99 = 0;
+  double ps_Bps = 0, tcp_Bps = 0;
+  double ps_lat_cpu = 0, ps_pipe_cpu = 0, tcp_cpu = 0;
+};
+
+struct Plan {
+  int latency_rounds;
+  int pipeline_values;
+  int pipeline_iterations;
+};
+
+Plan plan_for(std::uint64_t size, bool quick) {
+  const int scale = quick ? 4 : 1;
+  if (size <= 64 * 1024) return {4000 / scale, 256, 40 / scale};
+  if (size <= 4 * 1024 * 1024) return {400 / scale, 64, 20 / scale};
+  return {60 / scale, 8, 10 / scale};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::uint64_t> sizes{4096, 1 << 20, 16 << 20};
+  int credit = 4;
+  bool quick = false;
+  std::string only;  // "", "latency", "pipelined" or "tcp": one part alone (for profiling)
+  Overrides sets;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const bool has_value = i + 1 < argc;
+      if (arg == "--quick") {
+        quick = true;
+      } else if (arg == "--only" && has_value) {
+        only = argv[++i];
+        if (only != "latency" && only != "pipelined" && only != "tcp")
+          throw std::invalid_argument("--only " + only + ": expected latency, pipelined or tcp");
+      } else if (arg == "--credit" && has_value) {
+        credit = std::stoi(argv[++i]);
+      } else if (arg == "--sizes" && has_value) {
+        sizes.clear();
+        std::stringstream list(argv[++i]);
+        for (std::string item; std::getline(list, item, ',');) {
+          const auto parsed = pstwin::units::parse_size(item);
+          if (parsed.status != pstwin::units::ParseStatus::kOk || parsed.value == 0 || parsed.value % 4 != 0)
+            throw std::invalid_argument("--sizes: '" + item +
+                                        "' is not a size > 0 and a multiple of 4 B (e.g. 4KB)");
+          sizes.push_back(parsed.value);
+        }
+      } else if (arg == "--set" && has_value) {
+        const std::string set = argv[++i];
+        const auto eq = set.find('=');
+        if (eq == std::string::npos) throw std::invalid_argument("--set " + set + ": expected FIELD=VALUE");
+        sets.emplace_back(set.substr(0, eq), set.substr(eq + 1));
+      } else {
+        throw std::invalid_argument("unknown argument '" + arg +
+                                    "'; usage: bench_loopback [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
+                                    "[--only latency|pipelined|tcp] [--set FIELD=VALUE]...");
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench_loopback: " << e.what() << "\n";
+    return 2;
+  }
+
+  try {
+    std::printf("load average before: %s; %u CPUs; ps.scheduling_credit %d\n", load_average().c_str(),
+                std::thread::hardware_concurrency(), credit);
+    std::vector<Row> rows;
+    for (const auto size : sizes) {
+      const Plan plan = plan_for(size, quick);
+      Row row;
+      row.size = size;
+
+      double cpu = cpu_seconds();
+      if (only.empty() || only == "latency") {
+        const auto latency = steady(iteration_times(
+            pstwin::realnet::run_local(bench_scenario(size, 1, plan.latency_rounds, credit, sets))));
+        row.ps_lat_cpu = cpu_seconds() - cpu;
+        row.ps_p50 = percentile(latency, 0.5);
+        row.ps_p99 = percentile(latency, 0.99);
+      }
+      if (only.empty() || only == "pipelined") {
+        cpu = cpu_seconds();
+        const auto pipeline = steady(iteration_times(pstwin::realnet::run_local(
+            bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets))));
+        row.ps_pipe_cpu = cpu_seconds() - cpu;
+        double busy = 0;
+        for (const double t : pipeline) busy += t;
+        // Both workers push and pull every value once per iteration.
+        const double moved = 2.0 * 2.0 * static_cast<double>(size) * plan.pipeline_values *
+                             static_cast<double>(pipeline.size());
+        row.ps_Bps = moved / busy;
+      }
+      if (only.empty() || only == "tcp") {
+        cpu = cpu_seconds();
+        const auto tcp = steady(tcp_ping_pong(size, plan.latency_rounds));
+        row.tcp_p50 = percentile(tcp, 0.5);
+        row.tcp_p99 = percentile(tcp, 0.99);
+        row.tcp_Bps = tcp_stream(size, std::max<std::uint64_t>(size * 64, quick ? 1ull << 30 : 4ull << 30));
+        row.tcp_cpu = cpu_seconds() - cpu;
+      }
+      rows.push_back(row);
+      std::printf(
+          "%-5s pstwin blocking p50 %8.1f us p99 %8.1f us | raw TCP ping-pong p50 %8.1f us p99 %8.1f us | "
+          "pstwin pipelined %6.3f GB/s | raw TCP stream %6.3f GB/s | CPU s: latency %.2f, pipelined %.2f, "
+          "TCP %.2f\n",
+          size_text(size).c_str(), row.ps_p50 * 1e6, row.ps_p99 * 1e6, row.tcp_p50 * 1e6, row.tcp_p99 * 1e6,
+          row.ps_Bps / 1e9, row.tcp_Bps / 1e9, row.ps_lat_cpu, row.ps_pipe_cpu, row.tcp_cpu);
+      std::fflush(stdout);
+    }
+    std::printf(
+        "\n| value | pstwin p50 / p99 | raw TCP p50 / p99 | p50 ratio | pstwin pipelined | raw TCP stream | "
+        "ratio |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+    for (const auto& r : rows)
+      std::printf("| %s | %.1f / %.1f us | %.1f / %.1f us | %.2f x | %.3f GB/s | %.3f GB/s | %.2f |\n",
+                  size_text(r.size).c_str(), r.ps_p50 * 1e6, r.ps_p99 * 1e6, r.tcp_p50 * 1e6, r.tcp_p99 * 1e6,
+                  r.ps_p50 / r.tcp_p50, r.ps_Bps / 1e9, r.tcp_Bps / 1e9, r.ps_Bps / r.tcp_Bps);
+    std::printf(
+        "load average after: %s (GB = 1e9 bytes; pipelined counts push + pull bytes of both workers)\n",
+        load_average().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_loopback: " << e.what() << "\n";
+    return 1;
+  }
+}

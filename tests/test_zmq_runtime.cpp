@@ -1,0 +1,233 @@
+// The ZeroMQ runtime's own guarantees, on real sockets over 127.0.0.1: a received payload is the
+// frame ZeroMQ received (not a copy) and stays valid after the sockets are gone; a sent payload
+// needs no owner but the message; a real run counts its messages and records the simulator's
+// send, receive, engine and compute spans.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/codec.hpp"
+#include "ps/workload.hpp"
+#include "realnet/local_run.hpp"
+#include "realnet/zmq_runtime.hpp"
+#include "scenario/scenario.hpp"
+#include "sim_support.hpp"
+
+namespace pstwin {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A protocol node that keeps every message it receives; `on_start` runs on its event loop.
+class Recorder final : public Node {
+ public:
+  explicit Recorder(std::function<void()> on_start = {}) : on_start_(std::move(on_start)) {}
+  void start() override {
+    if (on_start_) on_start_();
+  }
+  void on_message(Message message) override {
+    std::lock_guard lock(mutex_);
+    messages_.push_back(std::move(message));
+    changed_.notify_all();
+  }
+  std::string describe_state() const override { return "recording"; }
+
+  // Waits (up to 20 s, a guard against a hang, not a timing) for `count` messages.
+  std::vector<Message> wait_for(std::size_t count) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, 20s, [&] { return messages_.size() >= count; });
+    return messages_;
+  }
+
+ private:
+  std::function<void()> on_start_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Message> messages_;
+};
+
+std::vector<std::byte> pattern(std::size_t size, unsigned seed) {
+  std::vector<std::byte> bytes(size);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed) % 251);
+  return bytes;
+}
+
+realnet::ZmqNodeRuntime::Options labelled(std::string label) {
+  realnet::ZmqNodeRuntime::Options options;
+  options.label = std::move(label);
+  return options;
+}
+
+// A started node whose protocol only records what it receives.
+struct Receiver {
+  explicit Receiver(realnet::LocalHost& host)
+      : runtime(std::make_unique<realnet::ZmqNodeRuntime>(host, labelled("receiver"))) {
+    auto owned = std::make_unique<Recorder>();
+    recorder = owned.get();
+    runtime->attach(std::move(owned));
+    runtime->start();
+  }
+  std::unique_ptr<realnet::ZmqNodeRuntime> runtime;
+  Recorder* recorder = nullptr;  // owned by the runtime
+};
+
+std::string as_string(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+TEST(ZmqRuntime, ReceivedPayloadIsTheFrameItselfAndOutlivesTheSockets) {
+  realnet::LocalHost host({});
+  Receiver receiver(host);
+  auto& runtime = receiver.runtime;
+
+  const auto body = pattern(1 << 20, 7);
+  Message message;
+  message.header.command = Command::kPush;
+  message.header.sender = 9;
+  message.header.recipient = 8;
+  message.header.key = 42;
+  message.payload = Payload::copy_of(body);
+  const auto header = encode_header(message.header, message.payload);
+  realnet::send_raw(runtime->local_address(), {as_string(header), as_string(body)});
+
+  const auto messages = receiver.recorder->wait_for(1);
+  ASSERT_EQ(messages.size(), 1u);
+  const Payload payload = messages[0].payload;
+  EXPECT_EQ(runtime->received_bytes_copied(), 0u);
+  // A copy would live in a ByteBuffer, which is 64-byte aligned; ZeroMQ puts a large frame's bytes
+  // right after its 40-byte header inside one malloc block, so they never are.
+  EXPECT_NE(reinterpret_cast<std::uintptr_t>(payload.bytes().data()) % 64, 0u)
+      << "the payload was copied out of the received frame";
+  runtime.reset();  // closes every socket and the ZeroMQ context
+  ASSERT_EQ(payload.size(), body.size());
+  EXPECT_TRUE(std::equal(body.begin(), body.end(), payload.bytes().begin()));
+  EXPECT_EQ(payload_crc32(payload.bytes()), messages[0].header.payload_crc);
+}
+
+TEST(ZmqRuntime, SentPayloadsNeedNoOwnerButTheMessage) {
+  realnet::LocalHost host({});
+  Receiver receiver(host);
+
+  constexpr int kMessages = 32;
+  realnet::ZmqNodeRuntime sender_rt(host, labelled("sender"));
+  const std::string to = receiver.runtime->local_address();
+  sender_rt.attach(std::make_unique<Recorder>([&sender_rt, to] {
+    sender_rt.set_self(9);
+    sender_rt.connect(8, to);
+    for (int i = 0; i < kMessages; ++i) {
+      Message message;
+      message.header.command = Command::kPush;
+      message.header.recipient = 8;
+      message.header.key = static_cast<std::uint64_t>(i);
+      // The message holds the only reference: the buffer must live until ZeroMQ has sent it.
+      message.payload = Payload::copy_of(pattern(256 * 1024, static_cast<unsigned>(i)));
+      sender_rt.send(std::move(message));
+    }
+  }));
+  sender_rt.start();
+
+  const auto messages = receiver.recorder->wait_for(kMessages);
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(kMessages));
+  EXPECT_EQ(receiver.runtime->rejected_frames(), 0u);
+  for (const auto& message : messages) {
+    const auto expected = pattern(256 * 1024, static_cast<unsigned>(message.header.key));
+    ASSERT_EQ(message.payload.size(), expected.size());
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), message.payload.bytes().begin()))
+        << "key " << message.header.key;
+  }
+}
+
+TEST(ZmqRuntime, RealRunCountsMessagesAndRecordsTheSimulatorsSpans) {
+  const auto scenario =
+      load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml", {{"workload.iterations", "2"}});
+  const auto report = realnet::run_local(scenario);
+  ASSERT_TRUE(report.ok()) << report.failure;
+  EXPECT_EQ(report.trace_dropped, 0u);
+
+  std::map<std::string, std::uint64_t> by_category;
+  std::uint64_t aggregates = 0;
+  std::map<std::string, std::uint64_t> sends_by_node;
+  for (const auto& span : report.trace) {
+    ++by_category[span.category];
+    EXPECT_LE(span.start_s, span.end_s) << span.category << " " << span.name;
+    if (span.category == "engine" && span.name == "aggregate") ++aggregates;
+    if (span.category == "send") {
+      ++sends_by_node[span.process];
+      EXPECT_TRUE(span.thread.starts_with("send->")) << span.thread;
+    }
+    if (span.category == "receive") {
+      EXPECT_TRUE(span.thread.starts_with("recv<-")) << span.thread;
+    }
+  }
+  // One send span per message counted; everything sent before the last stop was received.
+  EXPECT_GT(report.messages, 0u);
+  EXPECT_EQ(by_category["send"], report.messages);
+  EXPECT_GT(by_category["receive"], 0u);
+  EXPECT_LE(by_category["receive"], by_category["send"]);
+  // Every node sent something: 1 scheduler, 2 servers, 4 workers.
+  EXPECT_EQ(sends_by_node.size(), 7u);
+  // Each server sums every worker's push of every partition once per iteration.
+  const SyntheticWorkload workload(scenario);
+  EXPECT_EQ(aggregates, workload.partitions().size() * 4 * 2);
+  EXPECT_EQ(by_category["compute"], 4u * 2u);  // one per worker and iteration
+  EXPECT_GT(by_category["copy"], 0u);
+  EXPECT_GT(by_category["push"], 0u);
+  // Wire bytes: every message's 64-byte header plus its payload; payloads dominate.
+  EXPECT_GT(report.message_bytes, report.messages * kHeaderBytes);
+}
+
+// `pstwin run` merges every node process's count and spans into the same results.json and
+// trace.json schema as the simulator's.
+TEST(ZmqRuntime, PstwinRunReportsMessagesAndOneTraceOfEveryNode) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pstwin-zmq-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  testing::ChildProcess run({"run", "scenarios/quickstart.toml", "--out", (dir / "out").string(), "-q",
+                             "--set", "workload.iterations=2"},
+                            dir / "log");
+  const auto code = run.wait_until(std::chrono::steady_clock::now() + 60s);
+  const auto results = nlohmann::json::parse(testing::read_text(dir / "out" / "results.json"));
+  const auto trace = nlohmann::json::parse(testing::read_text(dir / "out" / "trace.json"));
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(code, 0) << run.output();
+
+  const auto messages = results.at("messages").get<std::uint64_t>();
+  EXPECT_GT(messages, 0u);
+  EXPECT_GT(results.at("message_bytes").get<std::uint64_t>(), messages * kHeaderBytes);
+  std::map<std::string, std::uint64_t> by_category;
+  std::set<std::string> processes;
+  std::set<int> pids_with_sends;
+  std::uint64_t aggregates = 0;
+  for (const auto& event : trace.at("traceEvents")) {
+    if (event.at("ph") == "M" && event.at("name") == "process_name")
+      processes.insert(event.at("args").at("name").get<std::string>());
+    if (event.at("ph") != "X") continue;
+    const auto category = event.at("cat").get<std::string>();
+    ++by_category[category];
+    if (category == "send") pids_with_sends.insert(event.at("pid").get<int>());
+    if (category == "engine" && event.at("name") == "aggregate") ++aggregates;
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"scheduler", "server 0", "server 1", "worker 0", "worker 1",
+                                              "worker 2", "worker 3"}));
+  EXPECT_EQ(pids_with_sends.size(), 7u);
+  EXPECT_EQ(by_category["send"], messages);
+  EXPECT_GT(by_category["receive"], 0u);
+  EXPECT_EQ(by_category["compute"], 4u * 2u);
+  const auto scenario = load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml");
+  EXPECT_EQ(aggregates, SyntheticWorkload(scenario).partitions().size() * 4 * 2);
+}
+
+}  // namespace
+}  // namespace pstwin
