@@ -426,6 +426,24 @@ TEST(MedianAndTrimmedMean, IgnorePlantedOutliers) {
             std::string::npos);
 }
 
+TEST(MedianAndTrimmedMean, TiesGoByWorkerIndexAndNegativesSortBelowPositives) {
+  // Values 1, -3, 1, 1, -0.5: sorted -3 (w1), -0.5 (w4), 1 (w0), 1 (w2), 1 (w3); the middle is w0's 1.
+  const std::vector<Vec> candidates = {{1.0f}, {-3.0f}, {1.0f}, {1.0f}, {-0.5f}};
+  const Aggregate median = coordinate_median(spans(candidates));
+  EXPECT_EQ(median.value[0], 1.0f);
+  EXPECT_EQ(median.decisions[0].weight, 1.0);
+  EXPECT_EQ(median.decisions[2].weight, 0.0);
+  // Trim 1 each side: keeps -0.5 (w4), 1 (w0), 1 (w2); w3's equal 1 is trimmed as the higher index.
+  const Aggregate trimmed = trimmed_mean(spans(candidates), {.trim = 1});
+  EXPECT_FLOAT_EQ(trimmed.value[0], 0.5f);
+  EXPECT_EQ(trimmed.decisions[3].score, 0.0);
+  EXPECT_EQ(trimmed.decisions[2].score, 1.0);
+  // 17 candidates: past the sorting networks, std::sort gives the same order.
+  std::vector<Vec> many;
+  for (int w = 0; w < 17; ++w) many.push_back({static_cast<float>((w * 7) % 17) - 8.0f});
+  EXPECT_EQ(coordinate_median(spans(many)).value[0], 0.0f);
+}
+
 TEST(CenteredClipping, BoundsAnOutliersInfluence) {
   const Vec honest = random_vector(30, 12);
   std::vector<Vec> candidates(5, honest);

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
-#include <utility>
+#include <utility>  // index_sequence
 
 #include "zeno/config_support.hpp"
 #include "zeno/vector_math.hpp"
@@ -98,9 +99,66 @@ std::vector<std::size_t> rank_descending(std::span<const double> scores) {
   return order;
 }
 
-// Coordinate-wise order statistics: for every coordinate, sorts the finite candidates' values (ties
-// by worker index) and hands the sorted (value, candidate) pairs to `pick`, which returns the value
-// and adds each used candidate's coefficient.
+// Odd-even transposition sort of K keys held in registers: K passes of independent min/max pairs, fully
+// unrolled (K is a constant), so there is no branch to mispredict and no store-to-load chain.
+template <std::size_t K>
+void sort_network(std::uint64_t* data) {
+  std::array<std::uint64_t, K> keys;
+  std::copy_n(data, K, keys.begin());
+#pragma GCC unroll 16
+  for (std::size_t pass = 0; pass < K; ++pass) {
+#pragma GCC unroll 8
+    for (std::size_t j = pass % 2; j + 1 < K; j += 2) {
+      // Swap by mask, not min/max: GCC turns those into branches here.
+      const std::uint64_t diff = (keys[j] ^ keys[j + 1]) & (0 - std::uint64_t{keys[j + 1] < keys[j]});
+      keys[j] ^= diff;
+      keys[j + 1] ^= diff;
+    }
+  }
+  std::copy_n(keys.begin(), K, data);
+}
+
+template <std::size_t... K>
+constexpr auto make_networks(std::index_sequence<K...>) {
+  return std::array<void (*)(std::uint64_t*), sizeof...(K)>{&sort_network<K>...};
+}
+
+// Columns of up to 16 values (the worker counts we run) use the networks; larger ones std::sort.
+constexpr std::size_t kNetworkMax = 16;
+constexpr auto kNetworks = make_networks(std::make_index_sequence<kNetworkMax + 1>());
+
+// One coordinate's finite values sorted by (value, worker index). Each is packed into one 64-bit key
+// whose unsigned order is that order (the float's bits made monotonic in the high half, the index in the
+// low half), so small columns sort with branchless compare-exchanges instead of mispredicted branches.
+class SortedColumn {
+ public:
+  void fill(Candidates candidates, std::span<const std::size_t> live, std::size_t element) {
+    keys_.resize(live.size());
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      const auto bits = std::bit_cast<std::uint32_t>(candidates[live[k]][element]);
+      const std::uint32_t monotonic = (bits & kSign) != 0 ? ~bits : bits | kSign;
+      keys_[k] = (std::uint64_t{monotonic} << 32) | live[k];
+    }
+    if (keys_.size() <= kNetworkMax) {
+      kNetworks[keys_.size()](keys_.data());
+    } else {
+      std::sort(keys_.begin(), keys_.end());
+    }
+  }
+  std::size_t size() const { return keys_.size(); }
+  double value(std::size_t k) const {
+    const auto monotonic = static_cast<std::uint32_t>(keys_[k] >> 32);
+    return std::bit_cast<float>((monotonic & kSign) != 0 ? monotonic ^ kSign : ~monotonic);
+  }
+  std::size_t candidate(std::size_t k) const { return static_cast<std::size_t>(keys_[k] & 0xffffffffu); }
+
+ private:
+  static constexpr std::uint32_t kSign = 0x80000000u;
+  std::vector<std::uint64_t> keys_;
+};
+
+// Coordinate-wise order statistics: for every coordinate, sorts the finite candidates' values and hands
+// the column to `pick`, which returns the aggregate's value and adds each used candidate's coefficient.
 template <typename Pick>
 Aggregate coordinate_wise(std::string_view rule, Candidates candidates, Pick pick) {
   const std::size_t size = model_size(rule, candidates);
@@ -116,15 +174,10 @@ Aggregate coordinate_wise(std::string_view rule, Candidates candidates, Pick pic
 
   std::vector<double> coefficient(candidates.size(), 0.0);
   std::vector<std::size_t> used(candidates.size(), 0);
-  std::vector<std::pair<float, std::size_t>> column(live.size());
+  SortedColumn column;
   for (std::size_t i = 0; i < size; ++i) {
-    for (std::size_t k = 0; k < live.size(); ++k) column[k] = {candidates[live[k]][i], live[k]};
-    // Insertion sort: few candidates, and pairs compare value then index, so the order is total.
-    for (std::size_t k = 1; k < column.size(); ++k) {
-      for (std::size_t j = k; j > 0 && column[j] < column[j - 1]; --j) std::swap(column[j], column[j - 1]);
-    }
-    result.value[i] =
-        static_cast<float>(pick(std::span<const std::pair<float, std::size_t>>(column), coefficient, used));
+    column.fill(candidates, live, i);
+    result.value[i] = static_cast<float>(pick(column, coefficient, used));
   }
   for (const std::size_t c : live) {
     result.decisions[c] = {
@@ -272,23 +325,19 @@ Aggregate mean(Candidates candidates) {
 }
 
 Aggregate coordinate_median(Candidates candidates) {
-  using Column = std::span<const std::pair<float, std::size_t>>;
-  return coordinate_wise("median", candidates,
-                         [](Column column, std::vector<double>& coefficient, std::vector<std::size_t>& used) {
-                           const std::size_t k = column.size();
-                           const auto& hi = column[k / 2];
-                           if (k % 2 == 1) {
-                             coefficient[hi.second] += 1.0;
-                             ++used[hi.second];
-                             return static_cast<double>(hi.first);
-                           }
-                           const auto& lo = column[k / 2 - 1];
-                           for (const auto* p : {&lo, &hi}) {
-                             coefficient[p->second] += 0.5;
-                             ++used[p->second];
-                           }
-                           return 0.5 * (static_cast<double>(lo.first) + static_cast<double>(hi.first));
-                         });
+  return coordinate_wise(
+      "median", candidates,
+      [](const SortedColumn& column, std::vector<double>& coefficient, std::vector<std::size_t>& used) {
+        const std::size_t k = column.size();
+        // Odd: the middle value. Even: the mean of the two middle values, half a share each.
+        const std::size_t first = (k - 1) / 2, last = k / 2;
+        const double share = first == last ? 1.0 : 0.5;
+        for (std::size_t j = first; j <= last; ++j) {
+          coefficient[column.candidate(j)] += share;
+          ++used[column.candidate(j)];
+        }
+        return 0.5 * (column.value(first) + column.value(last));
+      });
 }
 
 Aggregate trimmed_mean(Candidates candidates, const TrimmedMeanConfig& config) {
@@ -298,19 +347,18 @@ Aggregate trimmed_mean(Candidates candidates, const TrimmedMeanConfig& config) {
         std::to_string(2 * config.trim) + " of " + std::to_string(candidates.size()) +
         " values per coordinate: use trim < n / 2 or add workers");
   }
-  using Column = std::span<const std::pair<float, std::size_t>>;
   return coordinate_wise(
       "trimmed-mean", candidates,
-      [&](Column column, std::vector<double>& coefficient, std::vector<std::size_t>& used) {
+      [&](const SortedColumn& column, std::vector<double>& coefficient, std::vector<std::size_t>& used) {
         // Non-finite candidates are already out: trim at most what keeps one value.
         const std::size_t trim = std::min(config.trim, (column.size() - 1) / 2);
         const std::size_t kept = column.size() - 2 * trim;
         const double w = 1.0 / static_cast<double>(kept);
         double sum = 0;
         for (std::size_t k = trim; k < trim + kept; ++k) {
-          sum += static_cast<double>(column[k].first);
-          coefficient[column[k].second] += w;
-          ++used[column[k].second];
+          sum += column.value(k);
+          coefficient[column.candidate(k)] += w;
+          ++used[column.candidate(k)];
         }
         return sum * w;
       });
