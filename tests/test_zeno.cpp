@@ -359,7 +359,7 @@ struct PlantedCluster {
   static bool is_attacker(std::size_t w) { return w == 1 || w == 4 || w == 6; }
 };
 
-TEST(Krum, ChoosesThePlantedHonestCluster) {
+TEST(ZenoKrum, ChoosesThePlantedHonestCluster) {
   const PlantedCluster planted;
   const Aggregate one = krum(spans(planted.candidates), KrumConfig{.byzantine = 2}, false);
   ASSERT_EQ(one.accepted(), 1u);
@@ -389,7 +389,7 @@ TEST(Krum, ChoosesThePlantedHonestCluster) {
             std::string::npos);
 }
 
-TEST(MedianAndTrimmedMean, IgnorePlantedOutliers) {
+TEST(ZenoMedianAndTrimmedMean, IgnorePlantedOutliers) {
   // Coordinate i: honest values i + {-2, -1, 0, 1, 2} in shuffled worker order, two outliers at +-1e6.
   const std::size_t d = 16;
   std::vector<Vec> candidates(7, Vec(d));
@@ -426,7 +426,7 @@ TEST(MedianAndTrimmedMean, IgnorePlantedOutliers) {
             std::string::npos);
 }
 
-TEST(MedianAndTrimmedMean, TiesGoByWorkerIndexAndNegativesSortBelowPositives) {
+TEST(ZenoMedianAndTrimmedMean, TiesGoByWorkerIndexAndNegativesSortBelowPositives) {
   // Values 1, -3, 1, 1, -0.5: sorted -3 (w1), -0.5 (w4), 1 (w0), 1 (w2), 1 (w3); the middle is w0's 1.
   const std::vector<Vec> candidates = {{1.0f}, {-3.0f}, {1.0f}, {1.0f}, {-0.5f}};
   const Aggregate median = coordinate_median(spans(candidates));
@@ -444,7 +444,7 @@ TEST(MedianAndTrimmedMean, TiesGoByWorkerIndexAndNegativesSortBelowPositives) {
   EXPECT_EQ(coordinate_median(spans(many)).value[0], 0.0f);
 }
 
-TEST(CenteredClipping, BoundsAnOutliersInfluence) {
+TEST(ZenoCenteredClipping, BoundsAnOutliersInfluence) {
   const Vec honest = random_vector(30, 12);
   std::vector<Vec> candidates(5, honest);
   candidates.push_back(scaled(honest, 1e6));
@@ -462,7 +462,7 @@ TEST(CenteredClipping, BoundsAnOutliersInfluence) {
   EXPECT_GT(std::abs(plain.value[0] - honest[0]), 1e3 * std::abs(honest[0]));
 }
 
-TEST(Rules, EveryRuleThroughTheRegistryKeepsHonestAndDropsSignFlipped) {
+TEST(ZenoRules, EveryRuleThroughTheRegistryKeepsHonestAndDropsSignFlipped) {
   const PlantedCluster planted;
   const auto candidates = spans(planted.candidates);
   const Vec v = planted.honest;
@@ -495,7 +495,7 @@ TEST(Rules, EveryRuleThroughTheRegistryKeepsHonestAndDropsSignFlipped) {
   }
 }
 
-TEST(Rules, BadConfigNamesFieldValueAndFix) {
+TEST(ZenoRules, BadConfigNamesFieldValueAndFix) {
   RuleConfig config{.kind = RuleKind::kZenoPs};
   config.zenops.norm_bound = -1;
   const std::string error = error_of([&] { validate(config); });
@@ -510,18 +510,34 @@ TEST(Rules, BadConfigNamesFieldValueAndFix) {
   const std::vector<Vec> uneven = {Vec(3), Vec(4)};
   EXPECT_NE(error_of([&] { mean(spans(uneven)); }).find("candidate 1 has 4 floats"), std::string::npos);
   EXPECT_NE(error_of([&] { mean({}); }).find("no candidates"), std::string::npos);
+
+  // A non-finite v or x is the validator's own divergence: an error, never a silent NaN aggregate.
+  const std::vector<Vec> two = {Vec(3, 1.0f), Vec(3, 2.0f)};
+  const Vec broken = {1.0f, std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  EXPECT_NE(error_of([&] {
+              zenops(spans(two), broken, {}, {});
+            }).find("reference (the validator's update v) has NaN"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { zeno_plus_plus(spans(two), broken, {}); }).find("NaN or Inf"), std::string::npos);
+  EXPECT_NE(error_of([&] { centered_clipping(spans(two), broken, {}); }).find("center has NaN"),
+            std::string::npos);
+  const LossFn nan_loss = [](std::span<const float>) { return std::nan(""); };
+  EXPECT_NE(error_of([&] {
+              zeno(spans(two), Vec(3, 0.0f), nan_loss, {});
+            }).find("f_r(x) at the current model is nan"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- attacks
 
-TEST(Attacks, SignFlipIsExact) {
+TEST(ZenoAttacks, SignFlipIsExact) {
   const Vec u = random_vector(333, 13);
   const Vec out = sign_flip(u, {.scale = 4});
   ASSERT_EQ(out.size(), u.size());
   for (std::size_t i = 0; i < u.size(); ++i) ASSERT_EQ(out[i], -4.0f * u[i]) << i;
 }
 
-TEST(Attacks, GaussianHasTheRequestedMeanAndSigma) {
+TEST(ZenoAttacks, GaussianHasTheRequestedMeanAndSigma) {
   RandomStream rng = attack_stream(1, 0, 0);
   const std::size_t n = 200000;
   const Vec out = gaussian(n, {.sigma = 2.5}, rng);
@@ -537,7 +553,7 @@ TEST(Attacks, GaussianHasTheRequestedMeanAndSigma) {
   EXPECT_LT(std::abs(sigma - 2.5), 5 * 2.5 / std::sqrt(2.0 * double(n)));  // 5 standard errors
 }
 
-TEST(Attacks, NormMatchedHasTheScaledNormAndAnUnrelatedDirection) {
+TEST(ZenoAttacks, NormMatchedHasTheScaledNormAndAnUnrelatedDirection) {
   const Vec u = random_vector(5000, 14);
   RandomStream rng = attack_stream(1, 0, 1);
   const Vec out = norm_matched(u, {.scale = 8}, rng);
@@ -545,7 +561,7 @@ TEST(Attacks, NormMatchedHasTheScaledNormAndAnUnrelatedDirection) {
   EXPECT_LT(std::abs(dot(out, u)) / (norm(out) * norm(u)), 0.1);  // random: ~1/sqrt(5000) = 0.014
 }
 
-TEST(Attacks, LabelFlipMapsYToNineMinusY) {
+TEST(ZenoAttacks, LabelFlipMapsYToNineMinusY) {
   const std::vector<std::uint8_t> map = label_flip_map(10);
   for (int y = 0; y < 10; ++y) EXPECT_EQ(map[static_cast<std::size_t>(y)], 9 - y);
   std::vector<std::uint8_t> labels = {0, 3, 9, 4, 5};
@@ -560,7 +576,7 @@ TEST(Attacks, LabelFlipMapsYToNineMinusY) {
       std::string::npos);
 }
 
-TEST(Attacks, BitFlipChangesExactlyTheCountedElementsByTheMask) {
+TEST(ZenoAttacks, BitFlipChangesExactlyTheCountedElementsByTheMask) {
   const Vec u = random_vector(10000, 15);
   RandomStream rng = attack_stream(2, 5, 3);
   const BitFlipConfig config{.rate = 0.0123, .bits = {30, 22}};
@@ -584,7 +600,7 @@ TEST(Attacks, BitFlipChangesExactlyTheCountedElementsByTheMask) {
   EXPECT_NE(error_of([&] { bit_flip(u, {.bits = {3, 3}}, rng); }).find("listed once"), std::string::npos);
 }
 
-TEST(Attacks, AlieIsMeanMinusZStdWithinTheHonestRange) {
+TEST(ZenoAttacks, AlieIsMeanMinusZStdWithinTheHonestRange) {
   EXPECT_NEAR(alie_z(50, 12), 0.5828, 1e-4);  // the paper's example: s = 14, Phi^-1(36/50)
   EXPECT_NEAR(alie_z(8, 3), 0.6745, 1e-4);    // s = 2, Phi^-1(6/8)
   // Per coordinate five evenly spaced values base + k * spread, k = -2..2, in a rotating worker order:
@@ -615,7 +631,7 @@ TEST(Attacks, AlieIsMeanMinusZStdWithinTheHonestRange) {
             std::string::npos);
 }
 
-TEST(Attacks, IpmHasNegativeInnerProductWithTheHonestMean) {
+TEST(ZenoAttacks, IpmHasNegativeInnerProductWithTheHonestMean) {
   std::vector<Vec> honest;
   for (std::uint64_t w = 0; w < 4; ++w) honest.push_back(random_vector(500, 40 + w, 0.2));
   const Vec mean = mean_of(honest);
@@ -625,7 +641,7 @@ TEST(Attacks, IpmHasNegativeInnerProductWithTheHonestMean) {
   EXPECT_NE(error_of([&] { ipm({}, {}); }).find("no honest updates"), std::string::npos);
 }
 
-TEST(Attacks, ValidatorAttackPassesZenoPsNarrowlyWithSmallCosineAndOrthogonalHarm) {
+TEST(ZenoAttacks, ValidatorAttackPassesZenoPsNarrowlyWithSmallCosineAndOrthogonalHarm) {
   const std::size_t d = 3000;
   const Vec v = random_vector(d, 50);
   std::vector<Vec> honest;
@@ -657,7 +673,7 @@ TEST(Attacks, ValidatorAttackPassesZenoPsNarrowlyWithSmallCosineAndOrthogonalHar
             std::string::npos);
 }
 
-TEST(Attacks, SameSeedSameBytesOtherStreamOtherBytes) {
+TEST(ZenoAttacks, SameSeedSameBytesOtherStreamOtherBytes) {
   const Vec u = random_vector(4096, 70);
   std::vector<Vec> honest;
   for (std::uint64_t w = 0; w < 3; ++w) honest.push_back(random_vector(4096, 80 + w));

@@ -61,11 +61,17 @@ std::size_t model_size(std::string_view rule, Candidates candidates) {
   return size;
 }
 
-void check_reference(std::string_view rule, std::string_view field, std::size_t got, std::size_t want) {
-  if (got != want) {
-    bad(std::string(rule) + ": " + std::string(field) + " has " + std::to_string(got) +
+// A vector the rule trusts (v, x, the centre): the model's size and finite, or a clear error.
+void check_reference(std::string_view rule, std::string_view field, std::span<const float> vector,
+                     std::size_t want) {
+  if (vector.size() != want) {
+    bad(std::string(rule) + ": " + std::string(field) + " has " + std::to_string(vector.size()) +
         " floats but the candidates have " + std::to_string(want) +
-        (got == 0 ? ": this rule needs it, pass it in RuleInputs" : ": pass one of the model's size"));
+        (vector.empty() ? ": this rule needs it, pass it in RuleInputs" : ": pass one of the model's size"));
+  }
+  if (!std::isfinite(squared_norm(vector))) {
+    bad(std::string(rule) + ": " + std::string(field) +
+        " has NaN or Inf elements: it must come from a run that has not diverged (lower the learning rate)");
   }
 }
 
@@ -427,7 +433,7 @@ Aggregate centered_clipping(Candidates candidates, std::span<const float> center
                             const CenteredClippingConfig& config) {
   validate(RuleConfig{.kind = RuleKind::kCenteredClipping, .centered_clipping = config});
   const std::size_t size = model_size("centered-clipping", candidates);
-  if (!center.empty()) check_reference("centered-clipping", "center", center.size(), size);
+  if (!center.empty()) check_reference("centered-clipping", "center", center, size);
   const std::vector<bool> finite = finite_flags(candidates);
   const std::size_t live = static_cast<std::size_t>(std::count(finite.begin(), finite.end(), true));
   Aggregate result;
@@ -466,13 +472,17 @@ Aggregate zeno(Candidates candidates, std::span<const float> params, const LossF
                const ZenoConfig& config) {
   validate(RuleConfig{.kind = RuleKind::kZeno, .zeno = config});
   const std::size_t size = model_size("zeno", candidates);
-  check_reference("zeno", "params (the current model x)", params.size(), size);
+  check_reference("zeno", "params (the current model x)", params, size);
   if (!loss) bad("zeno: no validation loss f_r: pass RuleInputs::loss");
   if (config.drop >= candidates.size()) {
     bad("zeno: zeno.drop = " + std::to_string(config.drop) + " must be below the " +
         std::to_string(candidates.size()) + " candidates: lower zeno.drop or add workers");
   }
   const double base = loss(params);
+  if (!std::isfinite(base)) {
+    bad("zeno: the validation loss f_r(x) at the current model is " + std::to_string(base) +
+        ": no candidate can be scored against it (the model diverged: lower the learning rate)");
+  }
   std::vector<float> trial(size);
   std::vector<double> scores(candidates.size());
   std::vector<bool> finite(candidates.size());
@@ -513,7 +523,7 @@ Aggregate zenops(Candidates candidates, std::span<const float> reference,
                  std::span<const TensorSlice> tensors, const ZenoPsConfig& config) {
   validate(RuleConfig{.kind = RuleKind::kZenoPs, .zenops = config});
   const std::size_t size = model_size("zenops", candidates);
-  check_reference("zenops", "reference (the validator's update v)", reference.size(), size);
+  check_reference("zenops", "reference (the validator's update v)", reference, size);
   const std::vector<TensorSlice> layout =
       config.per_tensor ? checked_layout(tensors, size) : std::vector<TensorSlice>{TensorSlice{0, size}};
   const std::size_t n = candidates.size();
@@ -587,7 +597,7 @@ Aggregate zeno_plus_plus(Candidates candidates, std::span<const float> reference
                          const ZenoPlusPlusConfig& config) {
   validate(RuleConfig{.kind = RuleKind::kZenoPlusPlus, .zenopp = config});
   const std::size_t size = model_size("zeno++", candidates);
-  check_reference("zeno++", "reference (the validator's gradient v)", reference.size(), size);
+  check_reference("zeno++", "reference (the validator's gradient v)", reference, size);
   const std::size_t n = candidates.size();
   std::vector<Decision> decisions(n);
   for (std::size_t c = 0; c < n; ++c) {
