@@ -1,0 +1,314 @@
+#include "fpt/send_pool.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+#include "core/codec.hpp"
+
+namespace pstwin::fpt {
+
+namespace {
+
+// Shared by SendPool and ReceiveShaper: a weight table must name each node once, with 1..kMaxWeight.
+std::optional<std::string> check_weights(std::uint64_t version, std::uint64_t newest,
+                                         std::span<const DestinationWeight> weights,
+                                         std::map<NodeId, std::uint32_t>& out) {
+  if (version <= newest) {
+    return "weights version " + std::to_string(version) + " is not newer than version " +
+           std::to_string(newest) + " already given: pass a larger version for every new decision";
+  }
+  for (const auto& w : weights) {
+    if (w.destination == kNoNode) {
+      return "weights: destination is kNoNode (" + std::to_string(kNoNode) + "): name a real node id";
+    }
+    if (w.weight == 0 || w.weight > kMaxWeight) {
+      return "weights: node " + std::to_string(w.destination) + " has weight " + std::to_string(w.weight) +
+             ", must be 1.." + std::to_string(kMaxWeight) + " (0 would starve it; leave it out for 1)";
+    }
+    if (!out.emplace(w.destination, w.weight).second) {
+      return "weights: node " + std::to_string(w.destination) + " is listed twice: list each node once";
+    }
+  }
+  return std::nullopt;
+}
+
+std::uint32_t weight_of(const std::map<NodeId, std::uint32_t>& weights, NodeId id) {
+  const auto it = weights.find(id);
+  return it == weights.end() ? 1 : it->second;
+}
+
+}  // namespace
+
+std::uint64_t wire_bytes(const Message& message) {
+  return kHeaderBytes + message.payload.size();
+}
+
+bool is_control(const Message& message) {
+  return message.payload.empty();
+}
+
+SendPool::SendPool(SendPoolOptions options) : options_(options) {
+  if (options_.quantum_bytes == 0) options_.quantum_bytes = SendPoolOptions{}.quantum_bytes;
+}
+
+std::optional<std::string> SendPool::validate(const SendPoolOptions& options) {
+  if (options.quantum_bytes == 0) {
+    return "quantum_bytes is 0: the DRR quantum must be at least 1 byte (64 KiB is a good default)";
+  }
+  return std::nullopt;
+}
+
+SendPool::Destination& SendPool::destination(NodeId id) {
+  auto [it, made] = destinations_.try_emplace(id);
+  if (made) {
+    it->second.weight = weight_of(weights_, id);
+    it->second.stats.weight = it->second.weight;
+  }
+  return it->second;
+}
+
+std::optional<std::string> SendPool::enqueue(NodeId destination_id, Message message) {
+  if (destination_id == kNoNode) {
+    return "enqueue: destination is kNoNode (" + std::to_string(kNoNode) +
+           "): connect the peer and pass its node id";
+  }
+  Destination& d = destination(destination_id);
+  const std::uint64_t bytes = wire_bytes(message);
+  d.stats.queued_messages += 1;
+  d.stats.queued_bytes += bytes;
+  ++queued_messages_;
+  const std::uint64_t sequence = next_sequence_++;
+  if (is_control(message)) {
+    control_.emplace(sequence, std::pair{destination_id, std::move(message)});
+    return std::nullopt;
+  }
+  const std::int32_t priority = message.header.priority;
+  d.data.emplace(std::pair{priority, sequence}, std::move(message));
+  activate(destination_id, d);
+  return std::nullopt;
+}
+
+void SendPool::activate(NodeId id, Destination& d) {
+  if (d.active || d.blocked || d.data.empty()) return;
+  d.active = true;
+  d.visited = false;
+  active_.push_back(id);  // joins at the tail: visited from the next round on
+}
+
+void SendPool::account_sent(Destination& d, const Message& message) {
+  const std::uint64_t bytes = wire_bytes(message);
+  d.stats.queued_messages -= 1;
+  d.stats.queued_bytes -= bytes;
+  d.stats.sent_messages += 1;
+  d.stats.sent_bytes += bytes;
+  --queued_messages_;
+}
+
+void SendPool::end_visit() {
+  const NodeId id = active_.front();
+  active_.pop_front();
+  if (visits_left_ > 0) --visits_left_;
+  Destination& d = destinations_.at(id);
+  d.visited = false;
+  if (d.data.empty()) d.deficit = 0;  // an idle destination keeps no credit (classic DRR)
+  if (!d.data.empty() && !d.blocked) {
+    active_.push_back(id);
+  } else {
+    d.active = false;
+  }
+}
+
+void SendPool::apply_pending_weights() {
+  if (!pending_weights_) return;
+  active_version_ = pending_weights_->first;
+  weights_ = std::move(pending_weights_->second);
+  pending_weights_.reset();
+  for (auto& [id, d] : destinations_) {
+    d.weight = weight_of(weights_, id);
+    d.stats.weight = d.weight;
+  }
+}
+
+void SendPool::start_round_if_due() {
+  if (visits_left_ > 0 || active_.empty()) return;
+  ++rounds_;
+  apply_pending_weights();
+  visits_left_ = active_.size();
+  // If no destination could send even after this round's quanta, skip the empty rounds at once
+  // (a huge message behind a small quantum): exactly what running them one by one would do.
+  std::uint64_t skip = UINT64_MAX;
+  for (const NodeId id : active_) {
+    const Destination& d = destinations_.at(id);
+    const std::uint64_t quantum = options_.quantum_bytes * d.weight;
+    const std::uint64_t have = d.deficit + quantum;
+    const std::uint64_t need = wire_bytes(d.data.begin()->second);
+    if (need <= have) return;
+    skip = std::min(skip, (need - have + quantum - 1) / quantum);
+  }
+  for (const NodeId id : active_) {
+    Destination& d = destinations_.at(id);
+    d.deficit += skip * options_.quantum_bytes * d.weight;
+  }
+  rounds_ += skip;
+}
+
+std::optional<Outgoing> SendPool::next() {
+  // Control first, in enqueue order, skipping destinations whose connection cannot take more now.
+  for (auto it = control_.begin(); it != control_.end(); ++it) {
+    Destination& d = destinations_.at(it->second.first);
+    if (d.blocked) continue;
+    auto node = control_.extract(it);
+    auto& [id, message] = node.mapped();
+    account_sent(d, message);
+    return Outgoing{id, std::move(message)};
+  }
+  while (!active_.empty()) {
+    start_round_if_due();
+    const NodeId id = active_.front();
+    Destination& d = destinations_.at(id);
+    if (!d.visited) {
+      d.deficit += options_.quantum_bytes * d.weight;
+      d.visited = true;
+    }
+    const auto head = d.data.begin();
+    const std::uint64_t cost = wire_bytes(head->second);
+    if (cost <= d.deficit) {
+      d.deficit -= cost;
+      Message message = std::move(head->second);
+      d.data.erase(head);
+      account_sent(d, message);
+      if (d.data.empty()) end_visit();
+      return Outgoing{id, std::move(message)};
+    }
+    end_visit();
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> SendPool::set_weights(std::uint64_t version,
+                                                 std::span<const DestinationWeight> weights) {
+  const std::uint64_t newest = pending_weights_ ? pending_weights_->first : active_version_;
+  std::map<NodeId, std::uint32_t> table;
+  if (auto error = check_weights(version, newest, weights, table)) return error;
+  pending_weights_.emplace(version, std::move(table));
+  if (active_.empty()) apply_pending_weights();  // no round is running: the next one starts with them
+  return std::nullopt;
+}
+
+void SendPool::set_blocked(NodeId id, bool blocked) {
+  Destination& d = destination(id);
+  if (d.blocked == blocked) return;
+  d.blocked = blocked;
+  if (!blocked) {
+    activate(id, d);
+    return;
+  }
+  if (!d.active) return;
+  const auto it = std::find(active_.begin(), active_.end(), id);
+  if (static_cast<std::size_t>(std::distance(active_.begin(), it)) < visits_left_) --visits_left_;
+  active_.erase(it);
+  d.active = false;
+  d.visited = false;
+}
+
+std::vector<Message> SendPool::drop(NodeId id) {
+  std::vector<Message> dropped;
+  const auto found = destinations_.find(id);
+  if (found == destinations_.end()) return dropped;
+  Destination& d = found->second;
+  for (auto it = control_.begin(); it != control_.end();) {
+    if (it->second.first == id) {
+      dropped.push_back(std::move(it->second.second));
+      it = control_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [key, message] : d.data) dropped.push_back(std::move(message));
+  d.data.clear();
+  queued_messages_ -= d.stats.queued_messages;
+  d.stats.queued_messages = 0;
+  d.stats.queued_bytes = 0;
+  d.deficit = 0;
+  if (d.active) {
+    const auto it = std::find(active_.begin(), active_.end(), id);
+    if (static_cast<std::size_t>(std::distance(active_.begin(), it)) < visits_left_) --visits_left_;
+    active_.erase(it);
+    d.active = false;
+    d.visited = false;
+  }
+  return dropped;
+}
+
+DestinationStats SendPool::stats(NodeId id) const {
+  const auto it = destinations_.find(id);
+  if (it == destinations_.end()) {
+    DestinationStats zero;
+    zero.weight = weight_of(weights_, id);
+    return zero;
+  }
+  return it->second.stats;
+}
+
+// ---- ReceiveShaper ----
+
+ReceiveShaper::ReceiveShaper(std::uint64_t window_bytes)
+    : window_bytes_(std::clamp<std::uint64_t>(window_bytes, 1, std::uint64_t{1} << 40)) {}
+
+void ReceiveShaper::request(NodeId sender, std::uint64_t bytes) {
+  senders_[sender].demand += bytes;
+}
+
+std::optional<std::string> ReceiveShaper::on_received(NodeId sender, std::uint64_t bytes) {
+  if (bytes == 0) return std::nullopt;
+  const auto it = senders_.find(sender);
+  const std::uint64_t granted = it == senders_.end() ? 0 : it->second.outstanding;
+  if (bytes > granted) {
+    return "node " + std::to_string(sender) + " sent " + std::to_string(bytes) +
+           " bytes but holds credit for " + std::to_string(granted) + ": a sender must wait for a grant";
+  }
+  it->second.outstanding -= bytes;
+  return std::nullopt;
+}
+
+std::optional<std::string> ReceiveShaper::set_weights(std::uint64_t version,
+                                                      std::span<const DestinationWeight> weights) {
+  std::map<NodeId, std::uint32_t> table;
+  if (auto error = check_weights(version, version_, weights, table)) return error;
+  version_ = version;
+  for (auto& [id, s] : senders_) s.weight = weight_of(table, id);
+  for (const auto& [id, w] : table) senders_[id].weight = w;
+  return std::nullopt;
+}
+
+std::vector<CreditGrant> ReceiveShaper::grants() {
+  std::uint64_t total_weight = 0;
+  for (const auto& [id, s] : senders_) {
+    if (s.demand > 0 || s.outstanding > 0) total_weight += s.weight;
+  }
+  std::vector<CreditGrant> out;
+  if (total_weight == 0) return out;
+  for (auto& [id, s] : senders_) {
+    if (s.demand == 0) continue;
+    const std::uint64_t share = window_bytes_ * s.weight / total_weight;
+    const std::uint64_t room = share > s.outstanding ? share - s.outstanding : 0;
+    const std::uint64_t grant = std::min(room, s.demand);
+    if (grant == 0) continue;
+    s.outstanding += grant;
+    s.demand -= grant;
+    out.push_back({id, grant});
+  }
+  return out;
+}
+
+std::uint64_t ReceiveShaper::outstanding(NodeId sender) const {
+  const auto it = senders_.find(sender);
+  return it == senders_.end() ? 0 : it->second.outstanding;
+}
+
+std::uint64_t ReceiveShaper::demand(NodeId sender) const {
+  const auto it = senders_.find(sender);
+  return it == senders_.end() ? 0 : it->second.demand;
+}
+
+}  // namespace pstwin::fpt

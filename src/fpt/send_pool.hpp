@@ -1,0 +1,169 @@
+// FPT's send pool: every message a node sends waits here until the transport asks for the next one.
+// Pure logic (no threads, clock or randomness) so the SimGrid backend can run the very same pool.
+//
+// Order, in three levels:
+//  1. Control messages (header-only: acks, pull requests, heartbeats, barriers) bypass everything,
+//     across all destinations, in enqueue order.
+//  2. Across destinations, deficit round robin (Shreedhar & Varghese 1995): each visit adds
+//     quantum_bytes x weight to the destination's deficit; it sends while its head message fits.
+//     A message larger than a quantum waits for the deficit to carry over enough rounds.
+//  3. Within a destination, higher priority first, then enqueue order (a strict weak ordering on
+//     (priority, sequence): ps-lite's P3 van compared with `<=`, which is undefined behaviour).
+// Weights are versioned and take effect at the start of the next DRR round, never mid-round.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/message.hpp"
+#include "core/types.hpp"
+
+namespace pstwin::fpt {
+
+// The bytes a message costs on the wire: the 64-byte header plus the payload (phantoms count their size).
+std::uint64_t wire_bytes(const Message& message);
+
+// Header-only messages are control traffic and bypass DRR (as send_order_key's first field).
+bool is_control(const Message& message);
+
+struct DestinationWeight {
+  NodeId destination = kNoNode;
+  std::uint32_t weight = 1;  // 1..kMaxWeight
+};
+inline constexpr std::uint32_t kMaxWeight = 1'000'000;
+
+struct SendPoolOptions {
+  std::uint64_t quantum_bytes = 64 * 1024;  // DRR quantum of a weight-1 destination
+};
+
+// Per-destination byte accounting (all counts since the pool was made).
+struct DestinationStats {
+  std::uint64_t queued_messages = 0;
+  std::uint64_t queued_bytes = 0;
+  std::uint64_t sent_messages = 0;
+  std::uint64_t sent_bytes = 0;
+  std::uint32_t weight = 1;
+};
+
+struct Outgoing {
+  NodeId destination = kNoNode;
+  Message message;
+};
+
+class SendPool {
+ public:
+  explicit SendPool(SendPoolOptions options = {});
+
+  // Clear error text naming the field if the options are unusable (quantum 0); nullopt if fine.
+  static std::optional<std::string> validate(const SendPoolOptions& options);
+
+  // Queues `message` for `destination`. Returns an error (and queues nothing) for kNoNode.
+  [[nodiscard]] std::optional<std::string> enqueue(NodeId destination, Message message);
+
+  // The message to send now, or nullopt when nothing is sendable (empty, or every backlogged
+  // destination is blocked). Control messages to a blocked destination wait until it is unblocked.
+  std::optional<Outgoing> next();
+
+  // Replaces the weights from the next DRR round on. `version` must grow (a stale decision is refused);
+  // destinations not listed keep weight 1. A weight of 0 or a duplicate destination is an error.
+  [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
+                                                       std::span<const DestinationWeight> weights);
+  std::uint64_t weights_version() const { return active_version_; }  // the version in force now
+
+  // A blocked destination (its socket is full) leaves the rotation until unblocked; its messages stay.
+  void set_blocked(NodeId destination, bool blocked);
+
+  // Removes and returns everything queued for `destination` (its connection is gone), control included.
+  std::vector<Message> drop(NodeId destination);
+
+  DestinationStats stats(NodeId destination) const;  // zeros (weight 1) for an unknown destination
+  std::uint64_t queued_messages() const { return queued_messages_; }
+  bool empty() const { return queued_messages_ == 0; }
+  std::uint64_t rounds() const { return rounds_; }  // completed DRR rounds
+
+ private:
+  // Strict weak ordering: higher priority first, then lower sequence. Never `<=`.
+  struct ByPriorityThenSequence {
+    bool operator()(const std::pair<std::int32_t, std::uint64_t>& a,
+                    const std::pair<std::int32_t, std::uint64_t>& b) const {
+      if (a.first != b.first) return a.first > b.first;
+      return a.second < b.second;
+    }
+  };
+  using Queue = std::map<std::pair<std::int32_t, std::uint64_t>, Message, ByPriorityThenSequence>;
+
+  struct Destination {
+    Queue data;
+    std::uint64_t deficit = 0;
+    std::uint32_t weight = 1;
+    bool active = false;   // in active_ (backlogged and not blocked)
+    bool blocked = false;  // the transport cannot take more for it now
+    bool visited = false;  // got its quantum in the current visit
+    DestinationStats stats;
+  };
+
+  Destination& destination(NodeId id);
+  void activate(NodeId id, Destination& d);
+  void end_visit();           // the front destination's visit is over: rotate or retire it
+  void start_round_if_due();  // applies pending weights and skips rounds in which nobody could send
+  void apply_pending_weights();
+  void account_sent(Destination& d, const Message& message);
+
+  SendPoolOptions options_;
+  std::map<NodeId, Destination> destinations_;
+  // Control messages across destinations: (enqueue sequence) -> (destination, message).
+  std::map<std::uint64_t, std::pair<NodeId, Message>> control_;
+  std::deque<NodeId> active_;    // DRR rotation; front = destination being visited
+  std::size_t visits_left_ = 0;  // visits left in the current round
+  std::uint64_t next_sequence_ = 0;
+  std::uint64_t queued_messages_ = 0;
+  std::uint64_t rounds_ = 0;
+  std::uint64_t active_version_ = 0;
+  std::optional<std::pair<std::uint64_t, std::map<NodeId, std::uint32_t>>> pending_weights_;
+  std::map<NodeId, std::uint32_t> weights_;  // the weights in force
+};
+
+// Receive-side shaping for many-to-one: a receiver splits a window of bytes in flight among the
+// senders that want to send to it, in proportion to their weights, and grants credits. A sender
+// may send only what it was granted; every byte received returns to the window.
+struct CreditGrant {
+  NodeId sender = kNoNode;
+  std::uint64_t bytes = 0;
+};
+
+class ReceiveShaper {
+ public:
+  explicit ReceiveShaper(std::uint64_t window_bytes);
+
+  // A sender announces `bytes` more it wants to send.
+  void request(NodeId sender, std::uint64_t bytes);
+  // Bytes arrived from `sender`; an error if it sent more than it was granted (the grant is not charged).
+  [[nodiscard]] std::optional<std::string> on_received(NodeId sender, std::uint64_t bytes);
+  // Versioned weights, as SendPool::set_weights; applied at once (the next grants() call).
+  [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
+                                                       std::span<const DestinationWeight> weights);
+  // New credits to send out, by sender id: each sender with demand is topped up to its share of the
+  // window (window x weight / sum of the weights of senders with demand or credit outstanding).
+  std::vector<CreditGrant> grants();
+
+  std::uint64_t outstanding(NodeId sender) const;  // granted, not yet received
+  std::uint64_t demand(NodeId sender) const;       // requested, not yet granted
+
+ private:
+  struct Sender {
+    std::uint64_t demand = 0;
+    std::uint64_t outstanding = 0;
+    std::uint32_t weight = 1;
+  };
+  std::uint64_t window_bytes_;
+  std::uint64_t version_ = 0;
+  std::map<NodeId, Sender> senders_;
+};
+
+}  // namespace pstwin::fpt
