@@ -1,0 +1,533 @@
+#include "realnet/epoll_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+namespace pstwin::realnet {
+
+namespace {
+
+constexpr std::size_t kInBufferBytes = 64 * 1024;    // staging for headers and small payloads
+constexpr std::size_t kDirectReadBytes = 16 * 1024;  // larger payload remainders are read in place
+constexpr std::size_t kBatchMessages = 64;           // messages taken from the pool per send-loop turn
+constexpr std::uint64_t kBatchBytes = 4 << 20;       // ... and bytes
+constexpr std::size_t kMaxIov = 128;                 // iovecs per sendmsg
+constexpr int kMaxEvents = 64;
+
+std::string errno_text(int error) {
+  return std::strerror(error);
+}
+
+std::string address_text(const sockaddr_in& address) {
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &address.sin_addr, text, sizeof text);
+  return std::string(text) + ":" + std::to_string(ntohs(address.sin_port));
+}
+
+void epoll_add(int epoll_fd, int fd, std::uint32_t events) {
+  epoll_event event{};
+  event.events = events;
+  event.data.fd = fd;
+  if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) != 0) {
+    throw std::runtime_error("epoll_ctl(ADD, fd " + std::to_string(fd) + "): " + errno_text(errno));
+  }
+}
+
+void set_int_option(int fd, int level, int name, int value) {
+  setsockopt(fd, level, name, &value, sizeof value);  // best effort: a refusal only costs latency
+}
+
+// One payload buffer per frame, not zeroed first (every byte is about to be read into it).
+std::shared_ptr<ByteBuffer> receive_buffer(std::uint64_t size) {
+  const std::size_t padded = (static_cast<std::size_t>(size) + 63) / 64 * 64;
+  void* raw = std::aligned_alloc(64, padded);
+  if (raw == nullptr) throw std::bad_alloc();
+  return std::make_shared<ByteBuffer>(static_cast<std::byte*>(raw), static_cast<std::size_t>(size),
+                                      [raw] { std::free(raw); });
+}
+
+}  // namespace
+
+void FileDescriptor::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+// Our connection to one peer. `frames` are committed (taken from the pool, partly written maybe);
+// only the send thread touches them.
+struct EpollTransport::OutConnection {
+  struct Frame {
+    HeaderBytes header;
+    Payload payload;         // frozen: real bytes or a phantom (nothing follows the header)
+    std::uint64_t sent = 0;  // bytes of header + payload already written
+    std::uint64_t size() const { return kHeaderBytes + (payload.is_phantom() ? 0 : payload.size()); }
+  };
+  NodeId peer = kNoNode;
+  std::string name;
+  FileDescriptor fd;
+  std::deque<Frame> frames;
+  bool blocked = false;  // waiting for EPOLLOUT
+  std::atomic<bool> dead{false};
+};
+
+// A peer's connection to us, receive thread only: the frame being read.
+struct EpollTransport::InConnection {
+  FileDescriptor fd;
+  std::string address;
+  NodeId sender = kNoNode;  // from the first header
+  std::vector<std::byte> buffer = std::vector<std::byte>(kInBufferBytes);
+  HeaderBytes header_bytes{};
+  std::size_t header_have = 0;
+  bool in_body = false;
+  MessageHeader header;
+  bool phantom = false;
+  std::shared_ptr<ByteBuffer> body;
+  std::uint64_t body_have = 0;
+
+  std::string name() const {
+    return "connection from " + address + (sender == kNoNode ? "" : " (node " + std::to_string(sender) + ")");
+  }
+  bool mid_frame() const { return header_have > 0 || in_body; }
+};
+
+EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks)
+    : self_(self), options_(std::move(options)), callbacks_(std::move(callbacks)), pool_(options_.pool) {
+  if (auto error = fpt::SendPool::validate(options_.pool)) throw std::runtime_error("pool: " + *error);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(options_.port);
+  if (inet_pton(AF_INET, options_.bind_host.c_str(), &address.sin_addr) != 1) {
+    throw std::runtime_error("bind_host \"" + options_.bind_host +
+                             "\" is not a numeric IPv4 address: use e.g. 127.0.0.1");
+  }
+  listen_fd_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (listen_fd_.get() < 0) throw std::runtime_error("socket: " + errno_text(errno));
+  set_int_option(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, 1);
+  const std::string where = options_.bind_host + ":" + std::to_string(options_.port);
+  if (::bind(listen_fd_.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    throw std::runtime_error("cannot bind " + where + ": " + errno_text(errno) +
+                             (errno == EADDRINUSE ? " (choose another port, or 0 for any)" : ""));
+  }
+  if (::listen(listen_fd_.get(), 128) != 0)
+    throw std::runtime_error("listen on " + where + ": " + errno_text(errno));
+  socklen_t length = sizeof address;
+  getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length);
+  port_ = ntohs(address.sin_port);
+
+  stop_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  wake_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  send_epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  receive_epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (stop_fd_.get() < 0 || wake_fd_.get() < 0 || send_epoll_.get() < 0 || receive_epoll_.get() < 0) {
+    throw std::runtime_error("eventfd/epoll_create1: " + errno_text(errno));
+  }
+  epoll_add(send_epoll_.get(), stop_fd_.get(), EPOLLIN);
+  epoll_add(send_epoll_.get(), wake_fd_.get(), EPOLLIN);
+  epoll_add(receive_epoll_.get(), stop_fd_.get(), EPOLLIN);
+  epoll_add(receive_epoll_.get(), listen_fd_.get(), EPOLLIN);
+  send_thread_ = std::jthread([this] { send_loop(); });
+  receive_thread_ = std::jthread([this] { receive_loop(); });
+}
+
+EpollTransport::~EpollTransport() {
+  stop();
+}
+
+void EpollTransport::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto written = ::write(stop_fd_.get(), &one, sizeof one);
+  if (send_thread_.joinable()) send_thread_.join();
+  if (receive_thread_.joinable()) receive_thread_.join();
+  std::lock_guard lock(mutex_);
+  for (auto& [peer, connection] : out_) pool_.drop(peer);
+  out_.clear();  // closes every outgoing socket
+  in_.clear();   // and every accepted one
+}
+
+void EpollTransport::report(const std::string& peer, const std::string& field, const std::string& detail) {
+  if (callbacks_.on_error) callbacks_.on_error(TransportError{peer, field, detail});
+}
+
+std::optional<std::string> EpollTransport::connect(NodeId peer, const std::string& host, std::uint16_t port) {
+  if (peer == kNoNode)
+    return "connect: peer is kNoNode (" + std::to_string(kNoNode) + "): pass the peer's node id";
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+    return "connect: host \"" + host + "\" is not a numeric IPv4 address: use e.g. 127.0.0.1";
+  }
+  const std::string name =
+      "connection to node " + std::to_string(peer) + " at " + host + ":" + std::to_string(port);
+  FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return name + ": socket: " + errno_text(errno);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    return name + ": connect: " + errno_text(errno);
+  }
+  set_int_option(fd.get(), IPPROTO_TCP, TCP_NODELAY, 1);
+  if (options_.notsent_lowat > 0)
+    set_int_option(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, options_.notsent_lowat);
+  const int flags = fcntl(fd.get(), F_GETFL);
+  fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
+
+  auto connection = std::make_unique<OutConnection>();
+  connection->peer = peer;
+  connection->name = name;
+  connection->fd = std::move(fd);
+  std::lock_guard lock(mutex_);
+  if (stopped_) return name + ": the transport is stopped";
+  if (out_.contains(peer)) return name + ": node " + std::to_string(peer) + " is already connected";
+  out_.emplace(peer, std::move(connection));
+  return std::nullopt;
+}
+
+std::optional<std::string> EpollTransport::send(NodeId peer, Message message) {
+  message.header.sender = self_;
+  message.header.recipient = peer;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return "send to node " + std::to_string(peer) + ": the transport is stopped";
+    const auto it = out_.find(peer);
+    if (it == out_.end())
+      return "send: node " + std::to_string(peer) + " is not connected: call connect() first";
+    if (it->second->dead) return "send: " + it->second->name + " was lost";
+    if (auto error = pool_.enqueue(peer, std::move(message))) return error;
+  }
+  if (!wake_pending_.exchange(true)) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto written = ::write(wake_fd_.get(), &one, sizeof one);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> EpollTransport::set_weights(std::uint64_t version,
+                                                       std::span<const fpt::DestinationWeight> weights) {
+  std::lock_guard lock(mutex_);
+  return pool_.set_weights(version, weights);
+}
+
+fpt::DestinationStats EpollTransport::stats(NodeId peer) const {
+  std::lock_guard lock(mutex_);
+  return pool_.stats(peer);
+}
+
+// ---- send thread ----
+
+void EpollTransport::fail_out(OutConnection& connection, const std::string& detail) {
+  const std::size_t committed = connection.frames.size();
+  connection.frames.clear();
+  epoll_ctl(send_epoll_.get(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
+  connection.fd.reset();
+  connection.dead = true;
+  std::size_t queued = 0;
+  {
+    std::lock_guard lock(mutex_);
+    queued = pool_.drop(connection.peer).size();
+  }
+  report(connection.name, "connection",
+         detail + "; " + std::to_string(committed + queued) + " message(s) to it were not delivered");
+}
+
+bool EpollTransport::flush(OutConnection& connection) {
+  while (!connection.frames.empty()) {
+    std::array<iovec, kMaxIov> iov{};
+    std::size_t count = 0;
+    for (auto& frame : connection.frames) {
+      if (count + 2 > kMaxIov) break;
+      std::uint64_t skip = frame.sent;
+      if (skip < kHeaderBytes) {
+        iov[count++] = {frame.header.data() + skip, kHeaderBytes - skip};
+        skip = 0;
+      } else {
+        skip -= kHeaderBytes;
+      }
+      if (!frame.payload.is_phantom() && frame.payload.size() > skip) {
+        const auto bytes = frame.payload.bytes().subspan(skip);
+        iov[count++] = {const_cast<std::byte*>(bytes.data()), bytes.size()};
+      }
+    }
+    msghdr header{};
+    header.msg_iov = iov.data();
+    header.msg_iovlen = count;
+    const ssize_t written = ::sendmsg(connection.fd.get(), &header, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!connection.blocked) {
+          connection.blocked = true;
+          {
+            std::lock_guard lock(mutex_);
+            pool_.set_blocked(connection.peer, true);
+          }
+          epoll_add(send_epoll_.get(), connection.fd.get(), EPOLLOUT);
+        }
+        return true;
+      }
+      fail_out(connection,
+               "send failed: " + errno_text(errno) + " (the peer closed or reset the connection)");
+      return false;
+    }
+    auto left = static_cast<std::uint64_t>(written);
+    while (left > 0) {
+      auto& frame = connection.frames.front();
+      const std::uint64_t step = std::min(left, frame.size() - frame.sent);
+      frame.sent += step;
+      left -= step;
+      if (frame.sent == frame.size()) connection.frames.pop_front();
+    }
+  }
+  if (connection.blocked) {
+    connection.blocked = false;
+    epoll_ctl(send_epoll_.get(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
+    std::lock_guard lock(mutex_);
+    pool_.set_blocked(connection.peer, false);
+  }
+  return true;
+}
+
+void EpollTransport::send_loop() {
+  std::array<epoll_event, kMaxEvents> events{};
+  std::vector<OutConnection*> touched;
+  bool idle = false;
+  for (;;) {
+    const int ready = epoll_wait(send_epoll_.get(), events.data(), kMaxEvents, idle ? -1 : 0);
+    for (int i = 0; i < ready; ++i) {
+      const int fd = events[static_cast<std::size_t>(i)].data.fd;
+      if (fd == stop_fd_.get()) return;
+      if (fd == wake_fd_.get()) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const auto got = ::read(fd, &count, sizeof count);
+        continue;
+      }
+      OutConnection* connection = nullptr;
+      {
+        std::lock_guard lock(mutex_);
+        for (auto& [peer, c] : out_) {
+          if (c->fd.get() == fd) connection = c.get();
+        }
+      }
+      if (connection != nullptr) flush(*connection);
+    }
+    // Clear the flag before looking at the pool: a send() after the look signals the eventfd.
+    wake_pending_.store(false);
+    touched.clear();
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_) return;
+      std::uint64_t bytes = 0;
+      for (std::size_t n = 0; n < kBatchMessages && bytes < kBatchBytes; ++n) {
+        auto out = pool_.next();
+        if (!out) break;
+        OutConnection& connection = *out_.at(out->destination);
+        const Payload payload = out->message.payload.frozen();
+        OutConnection::Frame frame{encode_header(out->message.header, payload, options_.payload_crc),
+                                   payload};
+        bytes += frame.size();
+        connection.frames.push_back(std::move(frame));
+        if (std::find(touched.begin(), touched.end(), &connection) == touched.end())
+          touched.push_back(&connection);
+        // A destination with enough committed stays out of this batch, so priorities keep their meaning.
+      }
+    }
+    for (OutConnection* connection : touched) {
+      if (!connection->blocked) flush(*connection);
+    }
+    idle = touched.empty();
+  }
+}
+
+// ---- receive thread ----
+
+void EpollTransport::accept_all() {
+  for (;;) {
+    sockaddr_in address{};
+    socklen_t length = sizeof address;
+    const int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        report("listener on port " + std::to_string(port_), "connection",
+               "accept failed: " + errno_text(errno));
+      }
+      return;
+    }
+    auto connection = std::make_unique<InConnection>();
+    connection->fd.reset(fd);
+    connection->address = address_text(address);
+    set_int_option(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+    epoll_add(receive_epoll_.get(), fd, EPOLLIN | EPOLLRDHUP);
+    in_.emplace(fd, std::move(connection));
+  }
+}
+
+bool EpollTransport::finish_header(InConnection& c) {
+  MessageHeader header;
+  bool phantom = false;
+  if (auto error = decode_header(c.header_bytes, header, phantom, options_.limits)) {
+    report(c.name(), error->field, error->detail + "; connection dropped");
+    return false;
+  }
+  if (header.recipient != self_) {
+    report(c.name(), "recipient",
+           "frame for node " + std::to_string(header.recipient) + " arrived at node " +
+               std::to_string(self_) + " (misrouted); connection dropped");
+    return false;
+  }
+  if (c.sender != kNoNode && header.sender != c.sender) {
+    report(c.name(), "sender",
+           "node " + std::to_string(header.sender) + " on a connection opened by node " +
+               std::to_string(c.sender) + "; connection dropped");
+    return false;
+  }
+  c.sender = header.sender;
+  c.header = header;
+  c.phantom = phantom;
+  c.header_have = 0;
+  if (phantom || header.payload_length == 0) return deliver(c);
+  c.in_body = true;
+  c.body = receive_buffer(header.payload_length);
+  c.body_have = 0;
+  return true;
+}
+
+bool EpollTransport::deliver(InConnection& c) {
+  Message message;
+  message.header = c.header;
+  if (c.phantom) {
+    if (c.header.payload_crc != 0) {
+      report(c.name(), "payload_crc", "phantom frame must have CRC 0; connection dropped");
+      return false;
+    }
+    message.payload = Payload::phantom(c.header.payload_length);
+  } else if (c.body) {
+    if (options_.payload_crc) {
+      const std::uint32_t crc = payload_crc32(c.body->bytes());
+      if (crc != c.header.payload_crc) {
+        report(c.name(), "payload_crc",
+               "header says " + std::to_string(c.header.payload_crc) + ", payload of key " +
+                   std::to_string(c.header.key) + " gives " + std::to_string(crc) + "; connection dropped");
+        return false;
+      }
+    }
+    message.payload = Payload::adopt(std::move(c.body));
+  }
+  c.body.reset();
+  c.in_body = false;
+  c.body_have = 0;
+  if (callbacks_.on_message) callbacks_.on_message(std::move(message));
+  return true;
+}
+
+bool EpollTransport::consume(InConnection& c, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    if (!c.in_body) {
+      const std::size_t take = std::min(bytes.size(), kHeaderBytes - c.header_have);
+      std::memcpy(c.header_bytes.data() + c.header_have, bytes.data(), take);
+      c.header_have += take;
+      bytes = bytes.subspan(take);
+      if (c.header_have == kHeaderBytes && !finish_header(c)) return false;
+      continue;
+    }
+    const std::uint64_t want = c.header.payload_length - c.body_have;
+    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), want));
+    std::memcpy(c.body->data() + c.body_have, bytes.data(), take);
+    c.body_have += take;
+    bytes = bytes.subspan(take);
+    if (c.body_have == c.header.payload_length && !deliver(c)) return false;
+  }
+  return true;
+}
+
+bool EpollTransport::read_some(InConnection& c) {
+  std::uint64_t budget = options_.read_budget;
+  while (budget > 0) {
+    std::array<iovec, 2> iov{};
+    std::size_t count = 0;
+    std::size_t direct = 0;
+    if (c.in_body && c.header.payload_length - c.body_have >= kDirectReadBytes) {
+      direct = static_cast<std::size_t>(
+          std::min<std::uint64_t>(c.header.payload_length - c.body_have, std::max<std::uint64_t>(budget, 1)));
+      iov[count++] = {c.body->data() + c.body_have, direct};
+    }
+    iov[count++] = {c.buffer.data(), c.buffer.size()};
+    const ssize_t got = ::readv(c.fd.get(), iov.data(), static_cast<int>(count));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      report(c.name(), "connection", "receive failed: " + errno_text(errno));
+      return false;
+    }
+    if (got == 0) {
+      if (c.mid_frame()) {
+        const std::string where = c.in_body ? "after " + std::to_string(c.body_have) + " of " +
+                                                  std::to_string(c.header.payload_length) +
+                                                  " payload bytes of key " + std::to_string(c.header.key)
+                                            : "after " + std::to_string(c.header_have) + " of " +
+                                                  std::to_string(kHeaderBytes) + " header bytes";
+        report(c.name(), "connection", "peer closed the connection mid-frame, " + where);
+      }
+      return false;
+    }
+    auto n = static_cast<std::size_t>(got);
+    budget -= std::min<std::uint64_t>(budget, n);
+    const std::size_t into_body = std::min(n, direct);
+    if (into_body > 0) {
+      c.body_have += into_body;
+      if (c.body_have == c.header.payload_length && !deliver(c)) return false;
+    }
+    if (n > into_body && !consume(c, std::span<const std::byte>(c.buffer.data(), n - into_body)))
+      return false;
+    if (n < direct + c.buffer.size()) return true;  // drained what the socket had
+  }
+  return true;  // budget spent: level-triggered epoll brings us back after the others had a turn
+}
+
+void EpollTransport::receive_loop() {
+  std::array<epoll_event, kMaxEvents> events{};
+  for (;;) {
+    const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, -1);
+    if (ready < 0 && errno != EINTR) {
+      report("node " + std::to_string(self_), "connection", "epoll_wait failed: " + errno_text(errno));
+      return;
+    }
+    for (int i = 0; i < ready; ++i) {
+      const int fd = events[static_cast<std::size_t>(i)].data.fd;
+      if (fd == stop_fd_.get()) return;
+      if (fd == listen_fd_.get()) {
+        accept_all();
+        continue;
+      }
+      const auto it = in_.find(fd);
+      if (it == in_.end()) continue;
+      if (!read_some(*it->second)) {
+        epoll_ctl(receive_epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+        in_.erase(it);  // closes it
+      }
+    }
+  }
+}
+
+}  // namespace pstwin::realnet

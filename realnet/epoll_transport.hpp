@@ -1,0 +1,135 @@
+// FPT's TCP transport: one node's connections, moved by two threads.
+//  - The receive thread waits in level-triggered epoll on the listening socket and every accepted
+//    connection; each readable socket gets at most `read_budget` bytes per turn, so one busy peer
+//    cannot starve the rest. Frames are the ZeroMQ backend's: the 64-byte header of core/codec.hpp,
+//    then the payload, read straight into the message's own buffer (one allocation per frame).
+//  - The send thread drains an fpt::SendPool (control first, DRR across peers, priority then order
+//    within a peer) and writes header + payload with one sendmsg per batch, never copying a payload.
+//    It sleeps in epoll on an eventfd (woken by send()) and the sockets that are full.
+// Connections are one-way: connect() opens ours to a peer's listener; frames name their sender.
+// TCP_NOTSENT_LOWAT keeps the kernel's unsent queue short so the pool, not the kernel, decides what
+// goes next; SO_SNDBUF/SO_RCVBUF are left alone (setting them turns off autotuning).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/codec.hpp"
+#include "core/message.hpp"
+#include "fpt/send_pool.hpp"
+
+namespace pstwin::realnet {
+
+// What went wrong on which connection: `peer` names it ("connection from 127.0.0.1:40112 (node 9)",
+// "connection to node 3 at 127.0.0.1:5001"), `field` the header field at fault or "connection".
+struct TransportError {
+  std::string peer;
+  std::string field;
+  std::string detail;
+  std::string to_string() const { return peer + ": " + field + ": " + detail; }
+};
+
+// Owns one file descriptor: closed once, when it goes.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  ~FileDescriptor() { reset(); }
+  int get() const { return fd_; }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+class EpollTransport {
+ public:
+  struct Options {
+    std::string bind_host = "127.0.0.1";  // numeric IPv4
+    std::uint16_t port = 0;               // 0: any free port (see port())
+    int notsent_lowat = 128 * 1024;       // TCP_NOTSENT_LOWAT of every outgoing connection
+    std::uint64_t read_budget = 1 << 20;  // bytes per readable socket per receive-loop turn
+    bool payload_crc = true;              // CRC-32 of payloads, sent and checked (both ends must agree)
+    DecodeLimits limits;
+    fpt::SendPoolOptions pool;
+  };
+  struct Callbacks {
+    std::function<void(Message)> on_message;              // on the receive thread
+    std::function<void(const TransportError&)> on_error;  // on either thread; the connection is closed
+  };
+
+  // Binds and listens, then starts both threads. Throws std::runtime_error naming the address on failure.
+  EpollTransport(NodeId self, Options options, Callbacks callbacks);
+  ~EpollTransport();
+  EpollTransport(const EpollTransport&) = delete;
+  EpollTransport& operator=(const EpollTransport&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  NodeId self() const { return self_; }
+
+  // Opens our connection to `peer` listening at host:port (blocking). An error names the field at fault.
+  [[nodiscard]] std::optional<std::string> connect(NodeId peer, const std::string& host, std::uint16_t port);
+
+  // Queues `message` for `peer` (sender and recipient are filled in). Thread-safe. An error if the
+  // peer was never connected, its connection was lost, or the transport stopped.
+  [[nodiscard]] std::optional<std::string> send(NodeId peer, Message message);
+
+  [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
+                                                       std::span<const fpt::DestinationWeight> weights);
+  fpt::DestinationStats stats(NodeId peer) const;
+
+  // Stops both threads, joins them and closes every socket; queued messages are dropped. Idempotent.
+  void stop();
+
+ private:
+  struct OutConnection;
+  struct InConnection;
+
+  void send_loop();
+  void receive_loop();
+  bool flush(OutConnection& connection);  // false: the connection failed (already reported)
+  void fail_out(OutConnection& connection, const std::string& detail);
+  void accept_all();
+  bool read_some(InConnection& connection);  // false: closed (reported if mid-frame or bad)
+  bool consume(InConnection& connection, std::span<const std::byte> bytes);
+  bool finish_header(InConnection& connection);
+  bool deliver(InConnection& connection);
+  void report(const std::string& peer, const std::string& field, const std::string& detail);
+
+  const NodeId self_;
+  const Options options_;
+  const Callbacks callbacks_;
+  FileDescriptor listen_fd_;
+  FileDescriptor stop_fd_;  // eventfd, never drained: both loops see it once stop() wrote it
+  FileDescriptor wake_fd_;  // eventfd for the send thread
+  FileDescriptor send_epoll_;
+  FileDescriptor receive_epoll_;
+  std::uint16_t port_ = 0;
+
+  mutable std::mutex mutex_;  // guards pool_, out_ (the map), stopped_
+  fpt::SendPool pool_;
+  std::map<NodeId, std::unique_ptr<OutConnection>> out_;
+  bool stopped_ = false;
+  std::atomic<bool> wake_pending_{false};
+
+  std::map<int, std::unique_ptr<InConnection>> in_;  // receive thread only, by fd
+
+  std::jthread send_thread_;
+  std::jthread receive_thread_;
+};
+
+}  // namespace pstwin::realnet
