@@ -222,6 +222,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["trace"] = ordered_json::array();
   for (const auto& s : p.trace) j["trace"].push_back({s.thread, s.category, s.name, s.start_s, s.end_s});
   j["trace_dropped"] = p.trace_dropped;
+  if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
   return j;
 }
 
@@ -252,6 +253,7 @@ NodePart part_from_json(const nlohmann::json& j) {
       p.trace.push_back({"", 0, s.at(0).get<std::string>(), s.at(1).get<std::string>(),
                          s.at(2).get<std::string>(), s.at(3).get<double>(), s.at(4).get<double>()});
   p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
+  if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
   return p;
 }
 
@@ -281,6 +283,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     }
     for (const auto& [key, hex] : part.digests) digests[key] = hex;
     if (part.role == Role::kScheduler) report.nodes = part.nodes;
+    if (part.accuracy) report.accuracy = part.accuracy;  // worker 0's
     report.messages += part.messages;
     report.message_bytes += part.bytes_sent;
     report.trace_dropped += part.trace_dropped;

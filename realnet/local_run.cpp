@@ -11,7 +11,9 @@
 #include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/zmq_runtime.hpp"
+#include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
+#include "train/ps_training.hpp"
 
 namespace pstwin::realnet {
 
@@ -22,7 +24,9 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   SyntheticWorkload workload(sc);
   InvariantChecker checker(sc, workload);
   RunRecorder recorder(sc, workload);
-  ObserverFanout fanout({&checker, &recorder});
+  const auto training = train::make_training(sc);  // null: synthetic workload
+  AccuracyRecorder accuracy;
+  ObserverFanout fanout({&checker, &recorder, &accuracy});
   LockedObserver observer(fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
@@ -38,11 +42,13 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const std::string scheduler_address = scheduler.local_address();
   for (int r = 0; r < sc.roles.servers; ++r) {
     auto& node = add("server " + std::to_string(r));
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
+                                         training.get()));
   }
   for (int r = 0; r < sc.roles.workers; ++r) {
     auto& node = add("worker " + std::to_string(r));
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
+                                         training.get()));
   }
   for (auto& node : nodes) node->start();
   if (options.on_started) {
@@ -79,6 +85,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   checker.finish(report.completed);
   if (!report.completed) checker.add({"run", report.failure});
   recorder.fill(report);
+  if (training) report.accuracy = accuracy.evaluate(*training);  // after the run: not in its times
   host.fill(report);
   report.run_time_s = run_time;
   report.invariants_checked = checker.checked();

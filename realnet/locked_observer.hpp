@@ -44,6 +44,11 @@ class LockedObserver final : public RunObserver {
     std::lock_guard lock(mutex_);
     target_.final_store(server, key, store);
   }
+  void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
+                      std::span<const float> params) override {
+    std::lock_guard lock(mutex_);
+    target_.model_snapshot(worker, iterations, at, params);
+  }
 
  private:
   std::mutex mutex_;

@@ -18,6 +18,8 @@
 #include "realnet/locked_observer.hpp"
 #include "realnet/shm_staging.hpp"
 #include "realnet/zmq_runtime.hpp"
+#include "report/accuracy_recorder.hpp"
+#include "train/ps_training.hpp"
 
 namespace pstwin::realnet {
 namespace {
@@ -136,7 +138,9 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   SyntheticWorkload workload(sc);
   InvariantChecker checker(sc, workload);
   NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
-  ObserverFanout fanout({&checker, &stats});
+  const auto training = env.role == Role::kScheduler ? nullptr : train::make_training(sc);
+  AccuracyRecorder accuracy;
+  ObserverFanout fanout({&checker, &stats, &accuracy});
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
   // within the job, names collide exactly when staging.naming makes them equal.
@@ -153,10 +157,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       protocol = std::make_unique<Scheduler>(rt, sc, observer);
       break;
     case Role::kServer:
-      protocol = std::make_unique<Server>(context, -1, workload);
+      protocol = std::make_unique<Server>(context, -1, workload, training.get());
       break;
     default:
-      protocol = std::make_unique<Worker>(context, env.worker_id, workload);
+      protocol = std::make_unique<Worker>(context, env.worker_id, workload, training.get());
   }
   auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
   const ReceiveCounter& received = *counter;
@@ -241,6 +245,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.epoch_s = host.epoch_s();
   part.trace = std::move(sent.trace);
   part.trace_dropped = sent.trace_dropped;
+  if (training) part.accuracy = accuracy.evaluate(*training);  // the run is over: not in its times
   return result;
 }
 

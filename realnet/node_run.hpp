@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,7 @@ struct NodePart {
   std::uint64_t messages = 0;    // messages it sent
   double epoch_s = 0;            // zero of its span times on the host's steady clock (LocalHost::epoch_s)
   std::vector<TraceSpan> trace;  // its spans when output.trace is on
+  std::optional<AccuracyCurve> accuracy;  // worker 0 of an mlp run, evaluated after its run
   std::uint64_t trace_dropped = 0;
 };
 

@@ -15,8 +15,10 @@
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
+#include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
 #include "sim/cluster.hpp"
+#include "train/ps_training.hpp"
 
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
@@ -51,7 +53,10 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   std::string arg0 = "pstwin", arg1 = "--log=root.thres:critical", arg2 = "--cfg=contexts/guard-size:0";
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
   s4u::Engine engine(&argc, argv);
-  s4u::Engine::set_config("contexts/stack-size:" + std::to_string(sc.sim.stack_size_kb));
+  // A training step (Eigen, whose temporaries may take up to 128 KiB of stack) runs on an actor.
+  const int stack_kb =
+      sc.workload.kind == WorkloadKind::kMlp ? std::max(sc.sim.stack_size_kb, 1024) : sc.sim.stack_size_kb;
+  s4u::Engine::set_config("contexts/stack-size:" + std::to_string(stack_kb));
   configure_network_model(sc);
   for (const auto& setting : sc.sim.simgrid_config) {
     try {
@@ -68,7 +73,9 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   SyntheticWorkload workload(sc);
   InvariantChecker checker(sc, workload);
   RunRecorder recorder(sc, workload);
-  ObserverFanout observer({&checker, &recorder});
+  const auto training = train::make_training(sc);  // null: synthetic workload
+  AccuracyRecorder accuracy;
+  ObserverFanout observer({&checker, &recorder, &accuracy});
   Cluster cluster(sc, platform);
 
   const std::string scheduler_host = sc.scheduler_host_name();
@@ -79,13 +86,15 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   for (int r = 0; r < sc.roles.servers; ++r) {
     const auto host = sc.server_host_name(r);
     auto& node = cluster.add_node("server " + std::to_string(r), address_of("server", r, host), host);
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
+                                         training.get()));
     started.push_back(&node);
   }
   for (int r = 0; r < sc.roles.workers; ++r) {
     const auto host = sc.worker_host_name(r);
     auto& node = cluster.add_node("worker " + std::to_string(r), address_of("worker", r, host), host);
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload));
+    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
+                                         training.get()));
     started.push_back(&node);
   }
   for (auto* node : started) {
@@ -139,10 +148,12 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   checker.finish(report.completed);
   if (!report.completed) checker.add({"run", report.failure});
   recorder.fill(report);
+  if (training) report.accuracy = accuracy.evaluate(*training);
   cluster.fill(report, run_time);
   report.run_time_s = run_time;
-  // SMPI's factors depend on message size: no constant-factor closed form.
-  if (sc.network.model != "SMPI")
+  // SMPI's factors depend on message size: no constant-factor closed form. Training compute is
+  // FLOPs on a shared host, not workload.compute: not in the bound's formula either.
+  if (sc.network.model != "SMPI" && !training)
     report.bound = analytic_bound(sc, workload, platform.bandwidth_factor, platform.latency_factor,
                                   platform.cross_traffic);
   if (report.bound && sc.invariants.bound_tolerance > 0) checker.count_check("bound");

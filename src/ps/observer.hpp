@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ class RunObserver {
                               Seconds /*end*/) {}
   // Async mode, at shutdown: the final value of a key's store.
   virtual void final_store(NodeId /*server*/, std::uint64_t /*key*/, const Payload& /*store*/) {}
+  // workload.kind = "mlp": worker 0's parameters after `iterations` iterations, `at` seconds after its
+  // first iteration began (evaluated later, outside the timed run).
+  virtual void model_snapshot(int /*worker_rank*/, std::uint32_t /*iterations*/, Seconds /*at*/,
+                              std::span<const float> /*params*/) {}
 };
 
 // Forwards every report to several observers, in order.
@@ -60,6 +65,10 @@ class ObserverFanout final : public RunObserver {
   }
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override {
     for (auto* t : targets_) t->final_store(server, key, store);
+  }
+  void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
+                      std::span<const float> params) override {
+    for (auto* t : targets_) t->model_snapshot(worker, iterations, at, params);
   }
 
  private:

@@ -9,9 +9,11 @@
 
 namespace pstwin {
 
-Server::Server(NodeContext context, int rank, const SyntheticWorkload& workload)
+Server::Server(NodeContext context, int rank, const SyntheticWorkload& workload,
+               const TrainingModel* training)
     : PsNode(context, Role::kServer, rank),
       workload_(workload),
+      training_(training),
       engine_(context.runtime.executor("engine", context.scenario.ps.server_engine_threads)),
       lane_bytes_(static_cast<std::size_t>(context.scenario.ps.server_engine_threads), 0) {}
 
@@ -26,8 +28,31 @@ Server::KeyState& Server::key_state(std::uint64_t key, std::uint64_t bytes) {
     auto lane = std::min_element(lane_bytes_.begin(), lane_bytes_.end()) - lane_bytes_.begin();
     it->second.lane = static_cast<int>(lane);
     lane_bytes_[static_cast<std::size_t>(lane)] += bytes;
+    if (training_) {
+      // Every node derives the same initial model, so the key starts from the workers' values.
+      const auto& partition = workload_.partition(key);
+      const auto initial = training_->initial_parameters().subspan(
+          training_->tensor_offset(partition.tensor) + partition.offset / sizeof(float),
+          partition.bytes / sizeof(float));
+      auto& state = it->second;
+      state.store = std::make_shared<ByteBuffer>(partition.bytes);
+      state.store_bytes = partition.bytes;
+      std::copy(initial.begin(), initial.end(), state.store->floats().begin());
+      state.velocity.assign(initial.size(), 0.0f);
+    }
   }
   return it->second;
+}
+
+void Server::apply_gradients(KeyState& state, std::span<const std::shared_ptr<Payload>> gradients) const {
+  std::vector<float> mean(state.velocity.size(), 0.0f);
+  for (const auto& gradient : gradients) {
+    if (gradient->size() != mean.size() * sizeof(float)) continue;  // refused by the caller
+    sum_into(mean, gradient->floats());
+  }
+  const auto workers = static_cast<float>(workload_.workers());
+  for (auto& value : mean) value /= workers;
+  training_->apply(state.store->floats(), mean, state.velocity);
 }
 
 void Server::on_app_message(Message message) {
@@ -58,21 +83,44 @@ void Server::sync_push(Message message) {
   round.contributors.push_back(worker);
   auto payload = std::make_shared<Payload>(std::move(message.payload));
   const auto bytes = payload->size();
-  // The lane owns `round.sum` while summing: nothing else touches it until `done` runs.
-  auto work = [&round, payload] {
-    if (payload->is_phantom()) {
-      round.phantom = true;
-      round.bytes = payload->size();
-      return;
+  if (training_ && payload->size() != workload_.partition(key).bytes) {
+    rt_.fail("server " + std::to_string(rank_) + ": worker " + std::to_string(worker) + " pushed " +
+             std::to_string(payload->size()) + " bytes for key " + std::to_string(key) + ", expected " +
+             std::to_string(workload_.partition(key).bytes));
+    return;
+  }
+  std::function<void()> work;
+  if (training_) {
+    round.gradients.resize(static_cast<std::size_t>(workload_.workers()));
+    round.gradients.at(static_cast<std::size_t>(worker)) = payload;
+    // The last push's task runs after every earlier one of this key (same lane, FIFO): it applies
+    // the round, in rank order, and snapshots the parameters the round's pulls return.
+    if (static_cast<int>(round.contributors.size()) == workload_.workers()) {
+      work = [this, &state, &round] {
+        apply_gradients(state, round.gradients);
+        round.gradients.clear();
+        round.bytes = state.store->size();
+        round.sum = std::make_shared<ByteBuffer>(state.store->size());
+        std::memcpy(round.sum->data(), state.store->data(), state.store->size());
+      };
     }
-    if (!round.sum) {
-      round.sum = std::make_shared<ByteBuffer>(payload->size());
-      round.bytes = payload->size();
-      std::memcpy(round.sum->data(), payload->bytes().data(), payload->size());
-    } else if (round.sum->size() == payload->size()) {
-      sum_into(round.sum->floats(), payload->floats());
-    }
-  };
+  } else {
+    // The lane owns `round.sum` while summing: nothing else touches it until `done` runs.
+    work = [&round, payload] {
+      if (payload->is_phantom()) {
+        round.phantom = true;
+        round.bytes = payload->size();
+        return;
+      }
+      if (!round.sum) {
+        round.sum = std::make_shared<ByteBuffer>(payload->size());
+        round.bytes = payload->size();
+        std::memcpy(round.sum->data(), payload->bytes().data(), payload->size());
+      } else if (round.sum->size() == payload->size()) {
+        sum_into(round.sum->floats(), payload->floats());
+      }
+    };
+  }
   message.payload = Payload{};
   auto done = [this, request = std::move(message), &round, key, iteration, worker]() mutable {
     ++round.pushes_applied;
@@ -114,7 +162,7 @@ void Server::async_push(Message message) {
   auto& state = key_state(key, message.payload.size());
   auto payload = std::make_shared<Payload>(std::move(message.payload));
   const auto bytes = payload->size();
-  auto work = [&state, payload] {
+  std::function<void()> work = [&state, payload] {
     state.store_bytes = payload->size();
     if (payload->is_phantom()) return;
     if (!state.store) {
@@ -124,6 +172,15 @@ void Server::async_push(Message message) {
       sum_into(state.store->floats(), payload->floats());
     }
   };
+  if (training_) {
+    if (payload->size() != state.store_bytes) {
+      rt_.fail("server " + std::to_string(rank_) + ": worker " + std::to_string(worker) + " pushed " +
+               std::to_string(payload->size()) + " bytes for key " + std::to_string(key) + ", expected " +
+               std::to_string(state.store_bytes));
+      return;
+    }
+    work = [this, &state, payload] { apply_gradients(state, std::span(&payload, 1)); };
+  }
   message.payload = Payload{};
   auto done = [this, request = std::move(message), key, iteration, worker] {
     observer_.push_applied(rt_.self(), worker, key, iteration);

@@ -4,6 +4,11 @@
 // async: every push is added to the store at once and pulls are answered at once.
 // Each key is bound to the least-loaded engine lane (BYTEPS_SERVER_ENGINE_THREAD) on first sight;
 // all work on a key runs on its lane, in arrival order, so no two lanes ever touch one key.
+// With a TrainingModel (workload.kind = "mlp") a key's store holds its parameter slice: sync rounds
+// keep each worker's gradient and, once all are in, sum them in worker-rank order (so the result is
+// the same bits whatever the arrival order, in either backend), divide by the number of workers and
+// apply SGD with the key's own momentum; pulls return the parameters. Async applies each gradient
+// on arrival, scaled by 1 / workers.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +18,16 @@
 
 #include "core/payload.hpp"
 #include "ps/ps_node.hpp"
+#include "ps/training.hpp"
 #include "ps/workload.hpp"
 
 namespace pstwin {
 
 class Server final : public PsNode {
  public:
-  Server(NodeContext context, int rank, const SyntheticWorkload& workload);
+  // `training` (may be null: synthetic sums) must outlive the server.
+  Server(NodeContext context, int rank, const SyntheticWorkload& workload,
+         const TrainingModel* training = nullptr);
 
  private:
   struct Round {
@@ -29,14 +37,16 @@ class Server final : public PsNode {
     int pushes_applied = 0;
     std::vector<int> contributors;  // worker ranks, to refuse a second push in one round
     std::vector<Message> waiting_pulls;
+    std::vector<std::shared_ptr<Payload>> gradients;  // training: by worker rank, until applied
     int pulls_answered = 0;
     bool complete = false;
   };
   struct KeyState {
     int lane = 0;
     std::map<std::uint32_t, Round> rounds;  // sync: live iterations (at most two)
-    std::shared_ptr<ByteBuffer> store;      // async
+    std::shared_ptr<ByteBuffer> store;      // async; training: the key's parameters
     std::uint64_t store_bytes = 0;
+    std::vector<float> velocity;  // training: SGD momentum of the key's slice
   };
 
   void on_ready() override {}
@@ -51,8 +61,11 @@ class Server final : public PsNode {
   void async_push(Message message);
   void async_pull(Message message);
   ComputeCost sum_cost(std::uint64_t bytes) const;
+  // Training, on the key's lane: the mean of `gradients` (summed in rank order) applied to the store.
+  void apply_gradients(KeyState& state, std::span<const std::shared_ptr<Payload>> gradients) const;
 
   const SyntheticWorkload& workload_;
+  const TrainingModel* training_;
   Executor& engine_;
   std::vector<std::uint64_t> lane_bytes_;
   std::map<std::uint64_t, KeyState> keys_;

@@ -1,5 +1,6 @@
 #include "ps/worker.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "ps/ids.hpp"
@@ -7,26 +8,66 @@
 
 namespace pstwin {
 
-Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload)
+Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
+               const TrainingModel* training)
     : PsNode(context, Role::kWorker, rank),
       workload_(workload),
+      training_(training),
+      compute_stage_(context.runtime.executor("compute", 1)),
       copy_stage_(context.runtime.executor("copy", 1)),
-      push_stage_(context.runtime.executor("push", 1)) {}
+      push_stage_(context.runtime.executor("push", 1)) {
+  if (training_) {
+    gradients_ = training_->worker(rank);
+    const auto initial = training_->initial_parameters();
+    params_.assign(initial.begin(), initial.end());
+    grad_.assign(initial.size(), 0.0f);
+  }
+}
 
 void Worker::on_ready() {
+  training_start_ = rt_.now();
+  snapshot_model();
   start_iteration();
 }
 
 void Worker::start_iteration() {
   iteration_start_ = rt_.now();
-  ComputeCost cost{scenario_.workload.compute_s, 0};
+  // Training: the simulator charges the step's FLOPs at the host's speed and the real backend
+  // ignores them; both run the real step in `work`, which owns params_ and grad_ until `done`.
+  ComputeCost cost{training_ ? 0 : scenario_.workload.compute_s,
+                   training_ ? gradients_->flops_per_step() : 0};
   if (scenario_.perturbation.compute_jitter_s > 0)
     cost.seconds += rt_.random("worker.compute_jitter").uniform(0, scenario_.perturbation.compute_jitter_s);
-  rt_.compute("compute", cost, [this] {
+  std::function<void()> work;
+  if (training_) work = [this] { gradients_->step(params_, grad_); };
+  compute_stage_.submit(0, "compute", cost, std::move(work), [this] {
     pulls_outstanding_ = workload_.partitions().size();
     pushes_unacked_ = workload_.partitions().size();
     for (const auto& partition : workload_.partitions()) stage_and_push(partition);
   });
+}
+
+std::size_t Worker::element_offset(const PartitionSpec& partition) const {
+  return training_->tensor_offset(partition.tensor) + partition.offset / sizeof(float);
+}
+
+void Worker::fill_push(const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) const {
+  if (!training_) {
+    workload_.fill(rank_, iteration, partition.key, out);
+    return;
+  }
+  const auto grad = std::span<const float>(grad_).subspan(element_offset(partition), out.size());
+  std::copy(grad.begin(), grad.end(), out.begin());
+}
+
+// Every train.eval_every iterations (and at the start and the end) worker 0 hands its replica to the
+// observers, which evaluate it after the run: evaluation never delays an iteration.
+void Worker::snapshot_model() {
+  if (!training_ || rank_ != 0) return;
+  const int every = scenario_.train.eval_every;
+  const auto done = static_cast<int>(iteration_);
+  const bool due = done == 0 || done == scenario_.workload.iterations || (every > 0 && done % every == 0);
+  if (due) observer_.model_snapshot(rank_, iteration_, rt_.now() - training_start_, params_);
 }
 
 std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partition) {
@@ -45,7 +86,7 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
     Payload payload = Payload::phantom(partition.bytes);
     if (!phantom) {
       auto buffer = std::make_shared<ByteBuffer>(partition.bytes);
-      workload_.fill(rank_, iteration_, partition.key, buffer->floats());
+      fill_push(partition, iteration_, buffer->floats());
       payload = Payload::adopt(std::move(buffer));
     }
     ready_to_push(partition, std::move(payload));
@@ -57,7 +98,7 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   const ComputeCost copy_cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
   const std::uint32_t iteration = iteration_;
   auto copy_in = [this, region, &partition, iteration] {
-    if (region) workload_.fill(rank_, iteration, partition.key, region->floats());
+    if (region) fill_push(partition, iteration, region->floats());
   };
   auto staged = [this, region, &partition, phantom] {
     ready_to_push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
@@ -123,9 +164,23 @@ void Worker::on_push_ack(const Message& message) {
 
 void Worker::on_pull_response(Message message) {
   observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
+  if (training_) {
+    const auto& partition = workload_.partition(message.header.key);
+    if (message.payload.size() != partition.bytes) {
+      rt_.fail("worker " + std::to_string(rank_) + " pulled " + std::to_string(message.payload.size()) +
+               " bytes for key " + std::to_string(partition.key) + ", expected " +
+               std::to_string(partition.bytes));
+      return;
+    }
+    const auto values = message.payload.floats();
+    std::copy(values.begin(), values.end(),
+              params_.begin() + static_cast<std::ptrdiff_t>(element_offset(partition)));
+  }
   if (--pulls_outstanding_ > 0) return;
   observer_.iteration_done(rank_, iteration_, iteration_start_, rt_.now());
-  if (static_cast<int>(++iteration_) < scenario_.workload.iterations) {
+  ++iteration_;
+  snapshot_model();
+  if (static_cast<int>(iteration_) < scenario_.workload.iterations) {
     start_iteration();
     return;
   }

@@ -3,6 +3,8 @@
 // is a live view of the staging buffer, read when the transport sends it, as BytePS's zero-copy
 // push does), pull the aggregate once the push is acknowledged; the iteration ends when every
 // partition is pulled. At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
+// With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
+// worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +13,16 @@
 #include <vector>
 
 #include "ps/ps_node.hpp"
+#include "ps/training.hpp"
 #include "ps/workload.hpp"
 
 namespace pstwin {
 
 class Worker final : public PsNode {
  public:
-  Worker(NodeContext context, int rank, const SyntheticWorkload& workload);
+  // `training` (may be null: synthetic values) must outlive the worker.
+  Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
+         const TrainingModel* training = nullptr);
 
  private:
   void on_ready() override;
@@ -32,8 +37,17 @@ class Worker final : public PsNode {
   void on_push_ack(const Message& message);
   void on_pull_response(Message message);
   std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);
+  // What this worker pushes for `partition`: synthetic values, or its gradient slice.
+  void fill_push(const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) const;
+  std::size_t element_offset(const PartitionSpec& partition) const;  // in the flat model
+  void snapshot_model();
 
   const SyntheticWorkload& workload_;
+  const TrainingModel* training_;
+  std::unique_ptr<GradientSource> gradients_;  // training only
+  std::vector<float> params_, grad_;           // training only: the replica and its gradient
+  Seconds training_start_ = 0;
+  Executor& compute_stage_;
   Executor& copy_stage_;
   Executor& push_stage_;
   std::map<std::uint64_t, std::shared_ptr<ByteBuffer>> staging_;  // key -> mapped staging region

@@ -99,6 +99,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
                               {"latency_emulated", r.emulation->latency_emulated},
                               {"note", r.emulation->note}};
   j["model_digest"] = r.model_digest;
+  if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
   if (r.bound)
     j["bound"] = {{"time_s", r.bound->time_s}, {"formula", r.bound->formula}};
   else
@@ -112,6 +113,21 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["trace_dropped"] = r.trace_dropped;
   j["wall_s"] = r.wall_s;
   return j;
+}
+
+nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy) {
+  nlohmann::ordered_json j;
+  j["final"] = accuracy.final_accuracy;
+  j["curve"] = nlohmann::ordered_json::array();
+  for (const auto& p : accuracy.curve) j["curve"].push_back({p.iteration, p.time_s, p.accuracy});
+  return j;
+}
+
+AccuracyCurve accuracy_from_json(const nlohmann::json& j) {
+  AccuracyCurve accuracy;
+  accuracy.final_accuracy = j.at("final");
+  for (const auto& p : j.at("curve")) accuracy.curve.push_back({p.at(0), p.at(1), p.at(2)});
+  return accuracy;
 }
 
 RunReport report_from_json(const nlohmann::ordered_json& j) {
@@ -135,6 +151,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     r.emulation = NetworkEmulation{e.at("method"), e.at("latency_emulated"), e.at("note")};
   }
   r.model_digest = j.at("model_digest").get<std::string>();
+  if (j.contains("accuracy")) r.accuracy = accuracy_from_json(j["accuracy"]);
   if (!j.at("bound").is_null()) r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula")};
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
@@ -220,6 +237,9 @@ std::string summary_text(const RunReport& r) {
         << (r.emulation->latency_emulated ? "" : " (latency NOT emulated: the machine's own applies)")
         << "\n";
   out << "  model digest: " << r.model_digest << "\n";
+  if (r.accuracy)
+    out << "  test accuracy: " << r.accuracy->final_accuracy << " after "
+        << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations\n";
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
   // The rate is the evidence for a race (crossed aggregates per aggregate), not only its existence.
   for (const auto& [name, t] : r.invariant_tallies)

@@ -41,6 +41,19 @@ struct NetworkEmulation {
   std::string note;
 };
 
+// workload.kind = "mlp": test accuracy of worker 0's parameters along the run.
+struct AccuracyPoint {
+  std::uint32_t iteration = 0;  // iterations completed
+  double time_s = 0;            // since worker 0's first iteration began (sim: simulated seconds)
+  double accuracy = 0;          // on the 10,000 test images
+};
+struct AccuracyCurve {
+  double final_accuracy = 0;
+  std::vector<AccuracyPoint> curve;
+};
+nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy);
+AccuracyCurve accuracy_from_json(const nlohmann::json& json);
+
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
   int pid = 0;
@@ -65,6 +78,7 @@ struct RunReport {
   std::vector<LinkUsage> links;
   std::optional<NetworkEmulation> emulation;
   std::string model_digest;
+  std::optional<AccuracyCurve> accuracy;  // mlp runs only
   std::optional<Bound> bound;
   std::vector<NodeInfo> nodes;
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop

@@ -53,6 +53,10 @@ constexpr std::array<std::pair<PayloadMode, std::string_view>, 2> kPayloadNames{
     {{PayloadMode::kReal, "real"}, {PayloadMode::kPhantom, "phantom"}}};
 constexpr std::array<std::pair<StagingNaming, std::string_view>, 2> kNamingNames{
     {{StagingNaming::kPerRank, "per-rank"}, {StagingNaming::kLegacyKeyOnly, "legacy-key-only"}}};
+constexpr std::array<std::pair<WorkloadKind, std::string_view>, 2> kWorkloadKindNames{
+    {{WorkloadKind::kSynthetic, "synthetic"}, {WorkloadKind::kMlp, "mlp"}}};
+constexpr std::array<std::pair<ShardingKind, std::string_view>, 2> kShardingNames{
+    {{ShardingKind::kIid, "iid"}, {ShardingKind::kDirichlet, "dirichlet"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 2> kSimNetworkModels{"simgrid", "flow"};
 
@@ -532,6 +536,30 @@ struct TensorSizesCodec {
   }
 };
 
+// Layer widths: an array of positive integers.
+struct CountListCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = true;
+  std::string type() const { return "array of integers >= 1"; }
+  std::vector<std::uint64_t> read(const Value& v) const {
+    const auto* array = v.node.as_array();
+    if (array == nullptr) v.fail("expected an array of integers, e.g. [784, 256, 128, 10]");
+    std::vector<std::uint64_t> counts;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const Value element = v.element(i, *array->get(i));
+      const auto* n = element.node.as_integer();
+      if (n == nullptr || n->get() < 1) element.fail("expected an integer >= 1");
+      counts.push_back(static_cast<std::uint64_t>(n->get()));
+    }
+    return counts;
+  }
+  std::string write(const std::vector<std::uint64_t>& counts) const {
+    std::vector<std::string> items;
+    for (const auto n : counts) items.push_back(std::to_string(n));
+    return "[" + join(items, ", ") + "]";
+  }
+};
+
 // An array of strings; `item` names what one element is, for messages and docs.
 struct StringListCodec {
   static constexpr bool kWantsString = false;
@@ -715,6 +743,37 @@ std::vector<Field> make_registry() {
                          "carry sizes only."));
   f.push_back(make_field("workload.sum_bandwidth", PSTWIN_MEMBER(workload.sum_bandwidth_Bps), bandwidth,
                          "Server float32 summation speed (cost model)."));
+  f.push_back(make_field("workload.kind", PSTWIN_MEMBER(workload.kind),
+                         EnumCodec<WorkloadKind>{kWorkloadKindNames},
+                         "`synthetic`: declared tensors filled with exactly checkable values; `mlp`: a real "
+                         "MLP trained on Fashion-MNIST (see [train]); its tensors replace tensor_bytes and "
+                         "model_bytes, its compute is FLOPs per step at cluster.host_speed (sim) or the real "
+                         "step (real backend), and workload.compute is not used."));
+  // [train]
+  f.push_back(
+      make_field("train.layers", PSTWIN_MEMBER(train.layers), CountListCodec{},
+                 "workload.kind = \"mlp\": layer widths, input (784 for Fashion-MNIST) first, classes "
+                 "(10) last; one PS key per weight and bias tensor, W1 first (highest priority)."));
+  f.push_back(
+      make_field("train.batch", PSTWIN_MEMBER(train.batch), IntCodec{1},
+                 "Minibatch size per worker and iteration; at most the samples of a worker's shard."));
+  f.push_back(make_field("train.learning_rate", PSTWIN_MEMBER(train.learning_rate), RealCodec{0},
+                         "SGD learning rate (> 0), applied by the servers to the mean gradient."));
+  f.push_back(make_field("train.momentum", PSTWIN_MEMBER(train.momentum), RealCodec{0},
+                         "SGD momentum in [0, 1) (PyTorch's, dampening 0); each server keeps it per key."));
+  f.push_back(make_field("train.weight_decay", PSTWIN_MEMBER(train.weight_decay), RealCodec{0},
+                         "L2 weight decay added to the gradient."));
+  f.push_back(make_field("train.sharding", PSTWIN_MEMBER(train.sharding),
+                         EnumCodec<ShardingKind>{kShardingNames},
+                         "How the 60,000 training images are split over workers: `iid` (equal random "
+                         "shards) or `dirichlet` (per-class proportions ~ Dir(train.dirichlet_alpha))."));
+  f.push_back(make_field("train.dirichlet_alpha", PSTWIN_MEMBER(train.dirichlet_alpha), RealCodec{0},
+                         "Dirichlet concentration (> 0); small values give each worker few classes."));
+  f.push_back(make_field("train.eval_every", PSTWIN_MEMBER(train.eval_every), IntCodec{0},
+                         "Test accuracy on the 10,000 test images every this many iterations and at the "
+                         "end (0: at the start and the end only); not charged to run time."));
+  f.push_back(make_field("train.dataset", PSTWIN_MEMBER(train.dataset), StringCodec{},
+                         "Directory of the Fashion-MNIST IDX files (Debian: dataset-fashion-mnist)."));
   // [staging]
   f.push_back(make_field(
       "staging.enabled", PSTWIN_MEMBER(staging.enabled), BoolCodec{},
@@ -768,8 +827,10 @@ std::vector<Field> make_registry() {
   // [sim]
   f.push_back(make_field("sim.max_time", PSTWIN_MEMBER(sim.max_time_s), positive_duration,
                          "Simulated-time guard: a run still going at this time has stalled and fails."));
-  f.push_back(make_field("sim.stack_size_kb", PSTWIN_MEMBER(sim.stack_size_kb), IntCodec{16},
-                         "Stack size of each simulated actor, in KiB."));
+  f.push_back(make_field(
+      "sim.stack_size_kb", PSTWIN_MEMBER(sim.stack_size_kb), IntCodec{16},
+      "Stack size of each simulated actor, in KiB (workload.kind = \"mlp\": at least 1024, for the "
+      "training step)."));
   f.push_back(make_field("sim.node_flow_limit", PSTWIN_MEMBER(sim.node_flow_limit), IntCodec{0},
                          "Bulk messages a node transmits at once (0: one per connection). Large runs use a "
                          "small limit: the solver's cost grows with flows in flight."));
@@ -1061,6 +1122,7 @@ class Validator {
     }
     check_tensors();
     check_hosts();
+    if (s_.workload.kind == WorkloadKind::kMlp) check_train();
   }
 
  private:
@@ -1110,6 +1172,28 @@ class Validator {
       }
       w.tensor_bytes = default_tensor_bytes();
     }
+  }
+
+  void check_train() const {
+    const auto& t = s_.train;
+    constexpr std::uint64_t kFeatures = 784, kClasses = 10, kTrainImages = 60000;
+    if (t.layers.size() < 2)
+      fail("train.layers", "needs at least an input and an output width, e.g. [784, 256, 128, 10]");
+    if (t.layers.front() != kFeatures)
+      fail("train.layers", "must start with 784, the pixels of a 28x28 Fashion-MNIST image");
+    if (t.layers.back() != kClasses) fail("train.layers", "must end with 10, the Fashion-MNIST classes");
+    if (!(t.learning_rate > 0)) fail("train.learning_rate", "must be greater than 0, e.g. 0.05");
+    if (t.momentum >= 1) fail("train.momentum", "must be below 1 (0 turns momentum off)");
+    if (t.sharding == ShardingKind::kDirichlet && !(t.dirichlet_alpha > 0))
+      fail("train.dirichlet_alpha", "must be greater than 0, e.g. 0.5");
+    if (s_.workload.payload != PayloadMode::kReal)
+      fail("workload.payload",
+           "workload.kind = \"mlp\" sends real gradients; set workload.payload = \"real\"");
+    const std::uint64_t shard = kTrainImages / static_cast<std::uint64_t>(std::max(s_.roles.workers, 1));
+    if (t.sharding == ShardingKind::kIid && static_cast<std::uint64_t>(t.batch) > shard)
+      fail("train.batch", "is larger than a worker's shard (" + std::to_string(kTrainImages) + " images / " +
+                              std::to_string(s_.roles.workers) + " workers = " + std::to_string(shard) +
+                              "); lower train.batch or roles.workers");
   }
 
   bool host_exists(std::string_view name) const {
@@ -1175,8 +1259,22 @@ std::string_view to_string(PayloadMode value) {
 std::string_view to_string(StagingNaming value) {
   return enum_text<StagingNaming>(kNamingNames, value);
 }
+std::string_view to_string(WorkloadKind value) {
+  return enum_text<WorkloadKind>(kWorkloadKindNames, value);
+}
+std::string_view to_string(ShardingKind value) {
+  return enum_text<ShardingKind>(kShardingNames, value);
+}
 
 std::vector<std::uint64_t> Scenario::declared_tensor_bytes() const {
+  if (workload.kind == WorkloadKind::kMlp) {
+    std::vector<std::uint64_t> sizes;  // W_l [out][in], then b_l [out], as train::Mlp lays them out
+    for (std::size_t l = 1; l < train.layers.size(); ++l) {
+      sizes.push_back(4 * train.layers[l] * train.layers[l - 1]);
+      sizes.push_back(4 * train.layers[l]);
+    }
+    return sizes;
+  }
   if (!workload.tensor_bytes.empty()) return workload.tensor_bytes;
   if (workload.model_bytes == 0 || workload.tensors < 1) return default_tensor_bytes();
   // Split model_bytes (rounded down to whole float32s) into `tensors` parts that differ by at most 4B.

@@ -19,6 +19,8 @@ enum class TrainingMode { kSync, kAsync };
 enum class KeyHash { kDjb2, kSdbm, kNaive };
 enum class PayloadMode { kReal, kPhantom };
 enum class StagingNaming { kPerRank, kLegacyKeyOnly };
+enum class WorkloadKind { kSynthetic, kMlp };
+enum class ShardingKind { kIid, kDirichlet };
 
 struct LinkSpec {
   double bandwidth_Bps = 0;
@@ -60,6 +62,7 @@ struct PsConfig {
 };
 
 struct WorkloadConfig {
+  WorkloadKind kind = WorkloadKind::kSynthetic;  // mlp: the tensors are the MLP's ([train])
   std::vector<std::uint64_t> tensor_bytes;  // declared tensors in layer order (earlier = higher priority)
   std::uint64_t model_bytes = 0;            // alternative: split equally into `tensors` tensors
   int tensors = 0;
@@ -67,6 +70,19 @@ struct WorkloadConfig {
   int iterations = 5;
   PayloadMode payload = PayloadMode::kReal;
   double sum_bandwidth_Bps = 5e9;  // server float32 summation speed (cost model)
+};
+
+// workload.kind = "mlp": a real MLP trained on Fashion-MNIST through the parameter server.
+struct TrainConfig {
+  std::vector<std::uint64_t> layers{784, 256, 128, 10};  // input, hidden..., classes
+  int batch = 32;                                        // per worker and iteration
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  ShardingKind sharding = ShardingKind::kIid;
+  double dirichlet_alpha = 1.0;
+  int eval_every = 50;  // test accuracy every this many iterations (0: only at the end)
+  std::string dataset = "/usr/share/datasets/fashion-mnist";
 };
 
 struct StagingConfig {
@@ -128,6 +144,7 @@ struct Scenario {
   RolesConfig roles;
   PsConfig ps;
   WorkloadConfig workload;
+  TrainConfig train;
   StagingConfig staging;
   PerturbationConfig perturbation;
   NetworkModelConfig network;
@@ -140,9 +157,10 @@ struct Scenario {
   std::vector<std::pair<std::string, std::string>> overrides;  // --set FIELD=VALUE, in order
 
   // Derived after validation:
-  std::vector<std::uint64_t> declared_tensor_bytes() const;  // tensor_bytes, or model_bytes split
-  int host_count() const;                                    // resolved number of hosts
-  std::string host_name(int index) const;                    // "h<index>"
+  // tensor_bytes, or model_bytes split; mlp: W1, b1, W2, b2, ... of train.layers
+  std::vector<std::uint64_t> declared_tensor_bytes() const;
+  int host_count() const;                  // resolved number of hosts
+  std::string host_name(int index) const;  // "h<index>"
   std::string scheduler_host_name() const;
   std::string server_host_name(int rank) const;
   std::string worker_host_name(int rank) const;
@@ -175,5 +193,7 @@ std::string_view to_string(TrainingMode value);
 std::string_view to_string(KeyHash value);
 std::string_view to_string(PayloadMode value);
 std::string_view to_string(StagingNaming value);
+std::string_view to_string(WorkloadKind value);
+std::string_view to_string(ShardingKind value);
 
 }  // namespace pstwin

@@ -1,0 +1,108 @@
+#include "train/ps_training.hpp"
+
+#include <string>
+
+#include "train/idx_dataset.hpp"
+#include "train/shard_trainer.hpp"
+
+namespace pstwin::train {
+namespace {
+
+class ShardGradients final : public GradientSource {
+ public:
+  ShardGradients(const Mlp& model, const ImageDataset& data, std::vector<std::uint32_t> shard,
+                 std::size_t batch, RandomStream batches)
+      : trainer_(model, data, std::move(shard), batch, batches) {}
+  void step(std::span<const float> params, std::span<float> grad) override { trainer_.step(params, grad); }
+  double flops_per_step() const override { return trainer_.flops_per_step(); }
+
+ private:
+  ShardTrainer trainer_;
+};
+
+// A missing or damaged data set is bad input: name the field that points at it.
+const ImageDataset& load(const Scenario& scenario, Split split) {
+  try {
+    return shared_fashion_mnist(split, scenario.train.dataset);
+  } catch (const DatasetError& e) {
+    throw ScenarioError("train.dataset = \"" + scenario.train.dataset + "\": " + e.what());
+  }
+}
+
+}  // namespace
+
+MlpTraining::MlpTraining(const Scenario& scenario)
+    : scenario_(scenario),
+      model_(std::vector<std::size_t>(scenario.train.layers.begin(), scenario.train.layers.end())),
+      sgd_{.learning_rate = static_cast<float>(scenario.train.learning_rate),
+           .momentum = static_cast<float>(scenario.train.momentum),
+           .weight_decay = static_cast<float>(scenario.train.weight_decay)},
+      initial_(model_.parameter_count()) {
+  try {
+    validate(sgd_);
+  } catch (const std::invalid_argument& e) {
+    throw ScenarioError(std::string("[train]: ") + e.what());
+  }
+  RandomStream init(scenario.seed, "train.init");
+  model_.initialize(initial_, init);
+  // The PS partitions the scenario's declared tensors: they must be this model's, in this order.
+  const auto declared = scenario.declared_tensor_bytes();
+  const auto tensors = model_.tensors();
+  bool same = declared.size() == tensors.size();
+  for (std::size_t t = 0; same && t < tensors.size(); ++t) same = declared[t] == 4 * tensors[t].size();
+  if (!same) throw std::logic_error("declared tensors differ from the MLP's tensors");
+}
+
+std::size_t MlpTraining::tensor_offset(int tensor) const {
+  return model_.tensors()[static_cast<std::size_t>(tensor)].offset;
+}
+
+const ShardSet& MlpTraining::shards() const {
+  std::call_once(shards_once_, [this] {
+    const ImageDataset& data = load(scenario_, Split::kTrain);
+    ShardConfig config{
+        .workers = scenario_.roles.workers,
+        .kind = scenario_.train.sharding == ShardingKind::kIid ? ShardKind::kIid : ShardKind::kDirichlet,
+        .alpha = scenario_.train.dirichlet_alpha,
+        .min_worker_samples = static_cast<std::size_t>(scenario_.train.batch),
+        .seed = scenario_.seed};
+    try {
+      shards_ = make_shards(data.labels(), kFashionMnistClasses, config);
+    } catch (const std::invalid_argument& e) {
+      throw ScenarioError(std::string("train.sharding: ") + e.what() +
+                          "; raise train.dirichlet_alpha or lower train.batch or roles.workers");
+    }
+  });
+  return *shards_;
+}
+
+std::unique_ptr<GradientSource> MlpTraining::worker(int rank) const {
+  const ImageDataset& data = load(scenario_, Split::kTrain);
+  const auto& shard = shards().workers.at(static_cast<std::size_t>(rank));
+  const auto batch = static_cast<std::size_t>(scenario_.train.batch);
+  if (shard.size() < batch)
+    throw ScenarioError("train.batch = " + std::to_string(batch) + ": larger than worker " +
+                        std::to_string(rank) + "'s shard of " + std::to_string(shard.size()) +
+                        " images; lower train.batch or roles.workers");
+  return std::make_unique<ShardGradients>(
+      model_, data, shard, batch,
+      RandomStream(scenario_.seed, "train.batches", static_cast<std::uint64_t>(rank)));
+}
+
+void MlpTraining::apply(std::span<float> params, std::span<const float> grad,
+                        std::span<float> velocity) const {
+  sgd_step(params, grad, velocity, sgd_);
+}
+
+double MlpTraining::test_accuracy(std::span<const float> params) const {
+  const ImageDataset& test = load(scenario_, Split::kTest);
+  MlpWorkspace ws = model_.workspace(500);
+  return model_.evaluate(params, test, ws).accuracy;
+}
+
+std::unique_ptr<TrainingModel> make_training(const Scenario& scenario) {
+  if (scenario.workload.kind != WorkloadKind::kMlp) return nullptr;
+  return std::make_unique<MlpTraining>(scenario);
+}
+
+}  // namespace pstwin::train

@@ -1,0 +1,51 @@
+// The MLP of [train] behind the parameter server's TrainingModel interface (src/ps/training.hpp):
+// every process builds one from the scenario alone and gets the same bytes.
+//   initial model: Mlp::initialize from RandomStream(seed, "train.init") (not Runtime::random, which
+//                  mixes in node addresses that differ between backends);
+//   shards:        make_shards over the training labels with the scenario seed;
+//   batches:       worker r draws from RandomStream(seed, "train.batches", r).
+// The data sets load on first use (servers never load them), once per process.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "ps/training.hpp"
+#include "scenario/scenario.hpp"
+#include "train/mlp.hpp"
+#include "train/sgd.hpp"
+#include "train/sharding.hpp"
+
+namespace pstwin::train {
+
+class MlpTraining final : public TrainingModel {
+ public:
+  // Throws ScenarioError naming the field when the scenario cannot be trained (e.g. train.batch
+  // larger than a Dirichlet shard).
+  explicit MlpTraining(const Scenario& scenario);
+
+  std::span<const float> initial_parameters() const override { return initial_; }
+  std::size_t tensor_offset(int tensor) const override;
+  std::unique_ptr<GradientSource> worker(int rank) const override;
+  void apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity) const override;
+  double test_accuracy(std::span<const float> params) const override;
+
+  const Mlp& model() const { return model_; }
+
+ private:
+  const ShardSet& shards() const;
+
+  const Scenario& scenario_;
+  Mlp model_;
+  SgdConfig sgd_;
+  std::vector<float> initial_;
+  mutable std::once_flag shards_once_;
+  mutable std::optional<ShardSet> shards_;
+};
+
+// The training model a scenario asks for, or null for the synthetic workload.
+std::unique_ptr<TrainingModel> make_training(const Scenario& scenario);
+
+}  // namespace pstwin::train
