@@ -9,78 +9,147 @@
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
 
+// ---------------------------------------------------------------- FlowSlots
+
+void FlowSlots::acquire(std::function<void()> go) {
+  if (!limited_ || free_ > 0) {
+    if (limited_) --free_;
+    go();
+    return;
+  }
+  waiting_.push_back(std::move(go));
+}
+
+void FlowSlots::release() {
+  if (!limited_) return;
+  if (waiting_.empty()) {
+    ++free_;
+    return;
+  }
+  auto go = std::move(waiting_.front());  // the slot passes straight to the longest waiter
+  waiting_.pop_front();
+  go();
+}
+
 // ---------------------------------------------------------------- Stream
 
 Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
-    : from_(from),
-      to_(to),
-      lane_name_("send->" + std::to_string(to_id)),
-      mutex_(s4u::Mutex::create()),
-      ready_(s4u::ConditionVariable::create()) {
+    : from_(from), to_(to), lane_name_("send->" + std::to_string(to_id)) {
+  if (from.cluster().flow_network()) return;
+  mutex_ = s4u::Mutex::create();
+  ready_ = s4u::ConditionVariable::create();
   auto actor = s4u::Actor::create(from.label() + " " + lane_name_, from.host(), [this] { run(); });
   actor->daemonize();
 }
 
 void Stream::enqueue(Message message) {
   queue_.emplace(send_order_key(message), std::move(message));
-  ready_->notify_one();
+  if (ready_)
+    ready_->notify_one();
+  else if (!busy_)
+    next();
+}
+
+void Stream::next() {
+  if (queue_.empty()) {
+    busy_ = false;
+    return;
+  }
+  busy_ = true;
+  current_ = std::move(queue_.begin()->second);
+  queue_.erase(queue_.begin());
+  const double jitter = from_.cluster().scenario().perturbation.delivery_jitter_s;
+  if (jitter > 0)
+    from_.cluster().flow_network()->after(from_.random("net.delivery_jitter").uniform(0, jitter),
+                                          [this] { send_current(); });
+  else
+    send_current();
+}
+
+void Stream::send_current() {
+  begin();
+  auto& network = *from_.cluster().flow_network();
+  if (current_.payload.empty()) {
+    network.after(control_latency(), [this] {
+      arrive();
+      next();
+    });
+    return;
+  }
+  from_.flow_queue().acquire([this, &network] {
+    network.start(from_.host(), to_.host(), static_cast<double>(kHeaderBytes + current_.payload.size()),
+                  [this] {
+                    from_.flow_queue().release();
+                    arrive();
+                    next();
+                  });
+  });
 }
 
 void Stream::run() {
-  auto& cluster = from_.cluster();
-  const double jitter = cluster.scenario().perturbation.delivery_jitter_s;
+  const double jitter = from_.cluster().scenario().perturbation.delivery_jitter_s;
   std::unique_lock lock(*mutex_);
   while (true) {
     while (queue_.empty()) ready_->wait(lock);
-    Message message = std::move(queue_.begin()->second);
+    current_ = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
     if (jitter > 0) s4u::this_actor::sleep_for(from_.random("net.delivery_jitter").uniform(0, jitter));
-    // The transport reads a zero-copy payload when it transmits it, not when it was queued.
-    message.payload = message.payload.frozen();
-    const HeaderBytes header = encode_header(message.header, message.payload, /*compute_crc=*/false);
-    const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
-    const Seconds start = s4u::Engine::get_clock();
-    transmit(message, wire_bytes);
-    const Seconds end = s4u::Engine::get_clock();
-    // The receiver decodes the header it was sent, exactly as a socket transport would.
-    MessageHeader decoded;
-    bool phantom = false;
-    if (auto error = decode_header(header, decoded, phantom)) {
-      to_.fail("rejected a frame from " + from_.label() + ": " + error->to_string());
-      continue;
-    }
-    message.header = decoded;
-    cluster.account(from_, to_, wire_bytes);
-    const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
-    from_.trace_lane(lane_name_, "send", name, start, end);
-    to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start, end);
-    to_.deliver(std::move(message));
+    begin();
+    transmit(kHeaderBytes + current_.payload.size());
+    arrive();
   }
 }
 
-void Stream::transmit(const Message& message, std::uint64_t wire_bytes) {
-  // A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
-  // latency. Modelling it as a flow would only add solver work, since every flow start and end
-  // re-solves the bandwidth shares of all flows it is coupled with.
-  if (message.payload.empty()) {
-    if (control_latency_ < 0) {
-      std::vector<s4u::Link*> links;
-      double latency = 0;
-      from_.host()->route_to(to_.host(), links, &latency);
-      double bandwidth = std::numeric_limits<double>::infinity();
-      for (const auto* link : links) bandwidth = std::min(bandwidth, link->get_bandwidth());
-      control_latency_ = latency * from_.cluster().latency_factor() +
-                         (links.empty() ? 0 : static_cast<double>(kHeaderBytes) / bandwidth);
-    }
-    s4u::this_actor::sleep_for(control_latency_);
+void Stream::begin() {
+  // The transport reads a zero-copy payload when it transmits it, not when it was queued.
+  current_.payload = current_.payload.frozen();
+  header_ = encode_header(current_.header, current_.payload, /*compute_crc=*/false);
+  start_ = s4u::Engine::get_clock();
+}
+
+void Stream::arrive() {
+  // The receiver decodes the header it was sent, exactly as a socket transport would.
+  Message message = std::move(current_);
+  MessageHeader decoded;
+  bool phantom = false;
+  if (auto error = decode_header(header_, decoded, phantom)) {
+    to_.fail("rejected a frame from " + from_.label() + ": " + error->to_string());
+    return;
+  }
+  message.header = decoded;
+  const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
+  from_.cluster().account(from_, to_, wire_bytes);
+  const Seconds end = s4u::Engine::get_clock();
+  const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
+  from_.trace_lane(lane_name_, "send", name, start_, end);
+  to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start_, end);
+  to_.deliver(std::move(message));
+}
+
+// A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
+// latency. Modelling it as a flow would only add solver work, since every flow start and end
+// re-solves the bandwidth shares of all flows it is coupled with.
+double Stream::control_latency() {
+  if (control_latency_ < 0) {
+    std::vector<s4u::Link*> links;
+    double latency = 0;
+    from_.host()->route_to(to_.host(), links, &latency);
+    double bandwidth = std::numeric_limits<double>::infinity();
+    for (const auto* link : links) bandwidth = std::min(bandwidth, link->get_bandwidth());
+    control_latency_ = latency * from_.cluster().latency_factor() +
+                       (links.empty() ? 0 : static_cast<double>(kHeaderBytes) / bandwidth);
+  }
+  return control_latency_;
+}
+
+void Stream::transmit(std::uint64_t wire_bytes) {
+  if (current_.payload.empty()) {
+    s4u::this_actor::sleep_for(control_latency());
     return;
   }
   auto slots = from_.flow_slots();
   if (slots) slots->acquire();
-  if (auto* network = from_.cluster().flow_network())
-    network->transmit(from_.host(), to_.host(), static_cast<double>(wire_bytes));
-  else
-    s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
+  s4u::Comm::sendto(from_.host(), to_.host(), wire_bytes);
   if (slots) slots->release();
 }
 
@@ -143,8 +212,9 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       host_(cluster.host(host_name_)),
       pid_(static_cast<int>(cluster.nodes().size())),
       mutex_(s4u::Mutex::create()),
-      wake_(s4u::ConditionVariable::create()) {
-  if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0)
+      wake_(s4u::ConditionVariable::create()),
+      flow_queue_(cluster.scenario().sim.node_flow_limit) {
+  if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0 && !cluster.flow_network())
     flow_slots_ = s4u::Semaphore::create(limit);
 }
 

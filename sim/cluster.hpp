@@ -1,6 +1,7 @@
 // The simulated deployment: one SimNode (a Runtime) per protocol node, each driven by an actor;
-// one actor per executor lane; one ordered stream (an actor) per connection, as TCP or ZeroMQ give
-// one ordered byte stream per peer pair. Messages are delivered in SimNode::deliver.
+// one actor per executor lane; one ordered stream per connection, as TCP or ZeroMQ give one ordered
+// byte stream per peer pair (driven by the flow network's callbacks, or by an actor per stream with
+// SimGrid's network model). Messages are delivered in SimNode::deliver.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include "core/codec.hpp"
 #include "core/runtime.hpp"
 #include "core/send_order.hpp"
 #include "core/timer_queue.hpp"
@@ -27,23 +29,48 @@ namespace pstwin::sim {
 class Cluster;
 class SimNode;
 
+// A node's limit on bulk flows in transmission (sim.node_flow_limit; 0: none), for senders that
+// have no actor: a stream waiting for a slot is called back, first come first served.
+class FlowSlots {
+ public:
+  explicit FlowSlots(int limit) : free_(limit), limited_(limit > 0) {}
+  void acquire(std::function<void()> go);
+  void release();
+
+ private:
+  int free_;
+  bool limited_;
+  std::deque<std::function<void()>> waiting_;
+};
+
 // One connection's stream: messages leave one at a time. Like a send pool in front of a socket
 // (ps-lite's P3 van, FPT's pool), it sends control messages (no payload: acks, pull requests)
 // before queued bulk data, then by priority, then in send order: equal messages keep FIFO order.
+// With the flow model it has no actor: the flow network's callbacks move it from one message to
+// the next. With SimGrid's model an actor per stream blocks in s4u::Comm::sendto.
 class Stream {
  public:
   Stream(SimNode& from, SimNode& to, NodeId to_id);
   void enqueue(Message message);
 
  private:
-  void run();
-  void transmit(const Message& message, std::uint64_t wire_bytes);
+  void run();                               // SimGrid's model: the stream's actor
+  void next();                              // flow model: start the next queued message, if idle
+  void send_current();                      // flow model: after the jitter
+  void begin();                             // the transport takes `current_`: its bytes are fixed now
+  void arrive();                            // `current_` reached the peer
+  double control_latency();                 // a header-only message's cost: the route's latency
+  void transmit(std::uint64_t wire_bytes);  // SimGrid's model: blocks the stream's actor
   SimNode& from_;
   SimNode& to_;
   std::string lane_name_;
   double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
   std::map<SendOrderKey, Message> queue_;
-  simgrid::s4u::MutexPtr mutex_;
+  bool busy_ = false;  // flow model: `current_` is in transmission
+  Message current_;
+  HeaderBytes header_{};
+  Seconds start_ = 0;
+  simgrid::s4u::MutexPtr mutex_;  // SimGrid's model only
   simgrid::s4u::ConditionVariablePtr ready_;
 };
 
@@ -94,7 +121,8 @@ class SimNode final : public Runtime {
   const std::string& label() const { return label_; }
   int pid() const { return pid_; }
   simgrid::s4u::Host* host() const { return host_; }
-  simgrid::s4u::SemaphorePtr flow_slots() const { return flow_slots_; }  // null: no limit
+  simgrid::s4u::SemaphorePtr flow_slots() const { return flow_slots_; }  // null: no limit (or flow model)
+  FlowSlots& flow_queue() { return flow_queue_; }                        // the flow model's slots
   Cluster& cluster() { return cluster_; }
 
   // Runtime
@@ -138,6 +166,7 @@ class SimNode final : public Runtime {
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
   simgrid::s4u::SemaphorePtr flow_slots_;
+  FlowSlots flow_queue_;
   std::map<NodeId, SimNode*> peers_;
   std::map<NodeId, std::unique_ptr<Stream>> streams_;
   std::map<std::string, RandomStream, std::less<>> randoms_;

@@ -402,33 +402,48 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
   return routes_.emplace(key, std::move(route)).first->second;
 }
 
-void FlowNetwork::transmit(s4u::Host* from, s4u::Host* to, double bytes) {
+void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> done) {
   const Route& path = route(from, to);
-  auto done = s4u::Semaphore::create(0);
   const double join = s4u::Engine::get_clock() + path.latency * latency_factor_;
-  joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, done});
+  joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, std::move(done)});
   wake_->notify_one();
-  done->acquire();
+}
+
+void FlowNetwork::after(double delay, std::function<void()> fire) {
+  joining_.emplace(std::make_pair(s4u::Engine::get_clock() + delay, next_sequence_++),
+                   Pending{0, nullptr, std::move(fire)});
+  wake_->notify_one();
 }
 
 void FlowNetwork::run() {
   std::unique_lock lock(*mutex_);
   while (true) {
     const double now = s4u::Engine::get_clock();
-    while (!joining_.empty() && joining_.begin()->first.first <= now + kTimeEpsilon) {
-      const Pending pending = joining_.begin()->second;
-      joining_.erase(joining_.begin());
-      const auto id = solver_.add_flow(now, pending.bytes, pending.route->penalty, pending.route->bound,
-                                       pending.route->uses);
-      waiting_.emplace(id, pending.done);
-    }
-    while (true) {
-      const auto [time, id] = solver_.next_completion();
-      if (time > now + kTimeEpsilon) break;
-      solver_.remove_flow(now, id);
-      auto it = waiting_.find(id);
-      it->second->release();
-      waiting_.erase(it);
+    // A callback may start a flow or timer that is due at once (no latency): repeat until quiet.
+    for (bool busy = true; busy;) {
+      busy = false;
+      while (!joining_.empty() && joining_.begin()->first.first <= now + kTimeEpsilon) {
+        auto due = joining_.extract(joining_.begin());
+        Pending& pending = due.mapped();
+        busy = true;
+        if (!pending.route) {
+          pending.done();
+          continue;
+        }
+        const auto id = solver_.add_flow(now, pending.bytes, pending.route->penalty, pending.route->bound,
+                                         pending.route->uses);
+        if (id >= waiting_.size()) waiting_.resize(id + 1);
+        waiting_[id] = std::move(pending.done);
+      }
+      while (true) {
+        const auto [time, id] = solver_.next_completion();
+        if (time > now + kTimeEpsilon) break;
+        solver_.remove_flow(now, id);
+        auto done = std::move(waiting_[id]);
+        waiting_[id] = nullptr;
+        busy = true;
+        done();
+      }
     }
     double next = solver_.next_completion().first;
     if (!joining_.empty()) next = std::min(next, joining_.begin()->first.first);

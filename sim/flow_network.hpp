@@ -6,10 +6,12 @@
 // re-levels only the links it touches and, while levels keep moving, their neighbours. Each link
 // keeps a virtual clock (the integral of its level), so the flows it bottlenecks finish in
 // virtual-time order without touching every flow when the level changes.
-// Time stays SimGrid's: one daemon actor sleeps until the next latency end or completion.
+// Time stays SimGrid's: one daemon actor sleeps until the next latency end, timer or completion,
+// and runs the callbacks then (the senders need no actor of their own).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -83,11 +85,15 @@ class MaxMinFlows {
 };
 
 // Drives MaxMinFlows from SimGrid: routes and parameters from the platform, completions in
-// simulated time. transmit() blocks the calling actor like s4u::Comm::sendto.
+// simulated time. Callbacks run on the network's own actor, in (time, call order) order; they may
+// start flows and timers, but must not block.
 class FlowNetwork {
  public:
   FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, simgrid::s4u::Host* home);
-  void transmit(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes);
+  // Sends `bytes` from `from` to `to`; `done` runs when the last byte arrived.
+  void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> done);
+  // Runs `fire` `delay` seconds from now (a latency-only message, a modelled delay).
+  void after(double delay, std::function<void()> fire);
 
  private:
   struct Route {
@@ -98,8 +104,8 @@ class FlowNetwork {
   };
   struct Pending {
     double bytes;
-    const Route* route;
-    simgrid::s4u::SemaphorePtr done;
+    const Route* route;  // null: a timer
+    std::function<void()> done;
   };
   const Route& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
   int link_index(const simgrid::s4u::Link* link);
@@ -114,7 +120,7 @@ class FlowNetwork {
   std::map<std::string, int, std::less<>> link_ids_;
   std::map<std::pair<std::string, std::string>, Route> routes_;
   std::multimap<std::pair<double, std::uint64_t>, Pending> joining_;  // (join time, sequence)
-  std::map<std::uint64_t, simgrid::s4u::SemaphorePtr> waiting_;       // flow id -> its sender
+  std::vector<std::function<void()>> waiting_;                        // by flow id: its completion
   std::uint64_t next_sequence_ = 0;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
