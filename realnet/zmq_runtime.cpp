@@ -92,14 +92,16 @@ zmq::message_t zero_copy_frame(Payload payload) {
 // the last Payload sharing them goes. A frame whose data is not float-aligned (ZeroMQ may receive
 // a small message inside a shared batch buffer) is copied instead, so floats() stays well defined.
 Payload adopt_frame(zmq::message_t frame, std::uint64_t& copied_bytes) {
-  if (frame.size() == 0) return Payload{};
-  auto* data = frame.data<std::byte>();
-  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0) {
-    copied_bytes += frame.size();
-    return Payload::copy_of(std::span<const std::byte>(data, frame.size()));
-  }
   const auto size = frame.size();
+  if (size == 0) return Payload{};
+  // The data pointer is taken after the move: a very small message keeps its bytes inside the
+  // zmq_msg_t itself, so they move with it.
   auto owner = std::make_shared<zmq::message_t>(std::move(frame));
+  auto* data = owner->data<std::byte>();
+  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0) {
+    copied_bytes += size;
+    return Payload::copy_of(std::span<const std::byte>(data, size));
+  }
   return Payload::adopt(std::make_shared<ByteBuffer>(data, size, [owner] {}));
 }
 

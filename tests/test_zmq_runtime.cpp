@@ -116,6 +116,31 @@ TEST(ZmqRuntime, ReceivedPayloadIsTheFrameItselfAndOutlivesTheSockets) {
   EXPECT_EQ(payload_crc32(payload.bytes()), messages[0].header.payload_crc);
 }
 
+// ZeroMQ keeps a message of up to 33 bytes inside the message object itself: the payload must own
+// those bytes too, long after the receive that produced it.
+TEST(ZmqRuntime, TinyPayloadsStayValidAfterLaterReceives) {
+  realnet::LocalHost host({});
+  Receiver receiver(host);
+  constexpr int kMessages = 8;
+  for (int i = 0; i < kMessages; ++i) {
+    const auto body = pattern(20, static_cast<unsigned>(i));
+    Message message;
+    message.header.command = Command::kPush;
+    message.header.key = static_cast<std::uint64_t>(i);
+    message.payload = Payload::copy_of(body);
+    realnet::send_raw(receiver.runtime->local_address(),
+                      {as_string(encode_header(message.header, message.payload)), as_string(body)});
+  }
+  const auto messages = receiver.recorder->wait_for(kMessages);
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(kMessages));
+  for (const auto& message : messages) {
+    const auto expected = pattern(20, static_cast<unsigned>(message.header.key));
+    ASSERT_EQ(message.payload.size(), expected.size());
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), message.payload.bytes().begin()))
+        << "key " << message.header.key;
+  }
+}
+
 TEST(ZmqRuntime, SentPayloadsNeedNoOwnerButTheMessage) {
   realnet::LocalHost host({});
   Receiver receiver(host);
