@@ -3,6 +3,7 @@
 // the same accuracy curve and final model in the simulator and between real processes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -68,12 +69,18 @@ TEST(MlpPs, SimIsDeterministicAndSeedMatters) {
 // Sync mode sums each key's gradients in worker-rank order, whatever order they arrived in: the
 // real processes on loopback must learn exactly what the simulator learned.
 TEST(MlpPs, SyncSimAndRealProcessesLearnTheSameModel) {
-  const std::string sets = " -q --set workload.iterations=60 --set train.eval_every=20 --out ";
+  // 3 workers: with 2, float addition is commutative and any arrival order would give the same sum.
+  const std::string sets =
+      " -q --set roles.workers=3 --set workload.iterations=60 --set train.eval_every=20 --out ";
   const auto sim = fresh_dir("mlp-sim"), real = fresh_dir("mlp-real");
   const auto s = run_pstwin("sim scenarios/mlp_quick.toml" + sets + sim.string());
   ASSERT_EQ(s.exit_code, 0) << s.output;
-  const auto r = run_pstwin("run scenarios/mlp_quick.toml" + sets + real.string());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A child with a deadline: a hung job must fail the test, not stall the suite.
+  testing::ChildProcess run(
+      {"run", "scenarios/mlp_quick.toml", "-q", "--set", "roles.workers=3", "--set", "workload.iterations=60",
+       "--set", "train.eval_every=20", "--out", real.string()},
+      fresh_dir("mlp-real-log") / "log");
+  ASSERT_EQ(run.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(300)), 0) << run.output();
   const auto rs = read_json(sim / "results.json"), rr = read_json(real / "results.json");
   EXPECT_EQ(rr["backend"], "real");
   EXPECT_EQ(rr["invariants"]["violation_count"], 0) << rr["invariants"].dump();
