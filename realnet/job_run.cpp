@@ -273,10 +273,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     report.invariants_checked += part.checked;
     report.violation_count += part.violation_count;
     for (const auto& v : part.violations) report.violations.push_back({v.invariant, name + ": " + v.detail});
-    for (const auto& [invariant, tally] : part.tallies) {
-      report.invariant_tallies[invariant].checked += tally.checked;
-      report.invariant_tallies[invariant].violated += tally.violated;
-    }
+    add_tallies(part.tallies, report.invariant_tallies);
     for (const auto& it : part.iterations) {
       auto& s = slowest[it.index];
       s = std::max(s, it.end_s - it.start_s);

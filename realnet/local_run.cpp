@@ -5,14 +5,12 @@
 #include <memory>
 #include <sstream>
 
-#include "ps/invariants.hpp"
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/zmq_runtime.hpp"
-#include "report/accuracy_recorder.hpp"
-#include "report/run_recorder.hpp"
+#include "report/run_observers.hpp"
 #include "train/ps_training.hpp"
 
 namespace pstwin::realnet {
@@ -21,13 +19,8 @@ namespace pstwin::realnet {
 // Not modelled yet: scheduler start delay, start/executor/delivery jitter (perturbation.*).
 RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  SyntheticWorkload workload(sc);
-  InvariantChecker checker(sc, workload);
-  RunRecorder recorder(sc, workload);
-  const auto training = train::make_training(sc);  // null: synthetic workload
-  AccuracyRecorder accuracy;
-  ObserverFanout fanout({&checker, &recorder, &accuracy});
-  LockedObserver observer(fanout);
+  RunObservers observers(sc, train::make_training(sc));
+  LockedObserver observer(observers.fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
   std::vector<std::unique_ptr<ZmqNodeRuntime>> nodes;
@@ -42,13 +35,13 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const std::string scheduler_address = scheduler.local_address();
   for (int r = 0; r < sc.roles.servers; ++r) {
     auto& node = add("server " + std::to_string(r));
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
-                                         training.get()));
+    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r,
+                                         observers.workload, observers.training.get()));
   }
   for (int r = 0; r < sc.roles.workers; ++r) {
     auto& node = add("worker " + std::to_string(r));
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
-                                         training.get()));
+    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
+                                         observers.workload, observers.training.get()));
   }
   for (auto& node : nodes) node->start();
   if (options.on_started) {
@@ -82,16 +75,10 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const Seconds run_time = host.failed() || host.last_stop() > 0 ? host.last_stop() : end;
   nodes.clear();  // joins every thread: nothing reports to the observers any more
 
-  checker.finish(report.completed);
-  if (!report.completed) checker.add({"run", report.failure});
-  recorder.fill(report);
-  if (training) report.accuracy = accuracy.evaluate(*training);  // after the run: not in its times
+  observers.finish_run(report);
   host.fill(report);
   report.run_time_s = run_time;
-  report.invariants_checked = checker.checked();
-  report.violation_count = checker.violation_count();
-  report.violations = checker.violations();
-  report.invariant_tallies = checker.tallies();
+  observers.fold_invariants(report);
   report.replay = replay_command(sc, std::nullopt, "run");
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return report;

@@ -11,12 +11,10 @@
 #include <sstream>
 
 #include "ps/ids.hpp"
-#include "ps/invariants.hpp"
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
-#include "report/accuracy_recorder.hpp"
-#include "report/run_recorder.hpp"
+#include "report/run_observers.hpp"
 #include "sim/cluster.hpp"
 #include "train/ps_training.hpp"
 
@@ -70,12 +68,8 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   }
   Platform platform = build_platform(sc);
 
-  SyntheticWorkload workload(sc);
-  InvariantChecker checker(sc, workload);
-  RunRecorder recorder(sc, workload);
-  const auto training = train::make_training(sc);  // null: synthetic workload
-  AccuracyRecorder accuracy;
-  ObserverFanout observer({&checker, &recorder, &accuracy});
+  RunObservers observers(sc, train::make_training(sc));
+  RunObserver& observer = observers.fanout;
   Cluster cluster(sc, platform);
 
   const std::string scheduler_host = sc.scheduler_host_name();
@@ -86,15 +80,15 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   for (int r = 0; r < sc.roles.servers; ++r) {
     const auto host = sc.server_host_name(r);
     auto& node = cluster.add_node("server " + std::to_string(r), address_of("server", r, host), host);
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
-                                         training.get()));
+    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r,
+                                         observers.workload, observers.training.get()));
     started.push_back(&node);
   }
   for (int r = 0; r < sc.roles.workers; ++r) {
     const auto host = sc.worker_host_name(r);
     auto& node = cluster.add_node("worker " + std::to_string(r), address_of("worker", r, host), host);
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r, workload,
-                                         training.get()));
+    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
+                                         observers.workload, observers.training.get()));
     started.push_back(&node);
   }
   for (auto* node : started) {
@@ -115,7 +109,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
       if (std::chrono::duration<double>(now - last).count() < options.progress_interval_wall_s) return;
       last = now;
       RunReport partial;
-      recorder.fill(partial);
+      observers.recorder.fill(partial);
       std::ostringstream out;
       out << "simulated " << s4u::Engine::get_clock() << " s, " << partial.iterations.size() << " of "
           << sc.workload.iterations << " iterations, wall "
@@ -145,29 +139,23 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   else if (!all_stopped)
     report.failure = "simulation reached sim.max_time = " + std::to_string(sc.sim.max_time_s) +
                      " s before every node stopped:" + stuck.str();
-  checker.finish(report.completed);
-  if (!report.completed) checker.add({"run", report.failure});
-  recorder.fill(report);
-  if (training) report.accuracy = accuracy.evaluate(*training);
+  observers.finish_run(report);
   cluster.fill(report, run_time);
   report.run_time_s = run_time;
   // SMPI's factors depend on message size: no constant-factor closed form. Training compute is
   // FLOPs on a shared host, not workload.compute: not in the bound's formula either.
-  if (sc.network.model != "SMPI" && !training)
-    report.bound = analytic_bound(sc, workload, platform.bandwidth_factor, platform.latency_factor,
+  if (sc.network.model != "SMPI" && !observers.training)
+    report.bound = analytic_bound(sc, observers.workload, platform.bandwidth_factor, platform.latency_factor,
                                   platform.cross_traffic);
-  if (report.bound && sc.invariants.bound_tolerance > 0) checker.count_check("bound");
+  if (report.bound && sc.invariants.bound_tolerance > 0) observers.checker.count_check("bound");
   if (report.bound && sc.invariants.bound_tolerance > 0 && report.completed &&
       report.mean_iteration_s() > report.bound->time_s * (1 + sc.invariants.bound_tolerance)) {
     std::ostringstream out;
     out << "mean iteration time " << report.mean_iteration_s() << " s exceeds the analytic bound "
         << report.bound->time_s << " s by more than " << sc.invariants.bound_tolerance * 100 << " %";
-    checker.add({"bound", out.str()});
+    observers.checker.add({"bound", out.str()});
   }
-  report.invariants_checked = checker.checked();
-  report.violation_count = checker.violation_count();
-  report.violations = checker.violations();
-  report.invariant_tallies = checker.tallies();
+  observers.fold_invariants(report);
   report.replay = replay_command(sc, sc.seed);
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return report;

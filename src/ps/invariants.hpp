@@ -29,6 +29,12 @@ struct InvariantTally {
   std::uint64_t violated = 0;
 };
 using InvariantTallies = std::map<std::string, InvariantTally>;  // ordered by name: deterministic output
+inline void add_tallies(const InvariantTallies& from, InvariantTallies& into) {
+  for (const auto& [name, t] : from) {
+    into[name].checked += t.checked;
+    into[name].violated += t.violated;
+  }
+}
 
 class InvariantChecker final : public RunObserver {
  public:

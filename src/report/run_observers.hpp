@@ -1,0 +1,49 @@
+// What a whole job observes, the same in both backends: the invariant checks, the run record and
+// the accuracy of the trained model, behind one fanout the protocol reports to.
+#pragma once
+
+#include <memory>
+
+#include "ps/invariants.hpp"
+#include "ps/observer.hpp"
+#include "ps/training.hpp"
+#include "ps/workload.hpp"
+#include "report/accuracy_recorder.hpp"
+#include "report/run_recorder.hpp"
+#include "report/run_report.hpp"
+
+namespace pstwin {
+
+class RunObservers {
+ public:
+  // `model`: train::make_training(sc), null for the synthetic workload (pstwin_core cannot build it).
+  RunObservers(const Scenario& sc, std::unique_ptr<TrainingModel> model)
+      : workload(sc), checker(sc, workload), recorder(sc, workload), training(std::move(model)) {}
+  RunObservers(const RunObservers&) = delete;
+  RunObservers& operator=(const RunObservers&) = delete;
+
+  // After every node stopped: end-of-run checks, the run record, the accuracy (evaluated now, so it is
+  // in no iteration's time).
+  void finish_run(RunReport& report) {
+    checker.finish(report.completed);
+    if (!report.completed) checker.add({"run", report.failure});
+    recorder.fill(report);
+    if (training) report.accuracy = accuracy.evaluate(*training);
+  }
+  // Last, once nothing adds a check any more.
+  void fold_invariants(RunReport& report) const {
+    report.invariants_checked = checker.checked();
+    report.violation_count = checker.violation_count();
+    report.violations = checker.violations();
+    report.invariant_tallies = checker.tallies();
+  }
+
+  SyntheticWorkload workload;
+  InvariantChecker checker;
+  RunRecorder recorder;
+  std::unique_ptr<TrainingModel> training;  // null: synthetic workload
+  AccuracyRecorder accuracy;
+  ObserverFanout fanout{{&checker, &recorder, &accuracy}};
+};
+
+}  // namespace pstwin
