@@ -62,10 +62,12 @@ void register_as(FakeRuntime& rt, Role role, int rank, const std::string& host =
   rt.send(std::move(m));
 }
 
-Scenario small_scenario(std::string_view mode = "sync", int servers = 2, int workers = 3) {
+Scenario small_scenario(std::string_view mode = "sync", int servers = 2, int workers = 3,
+                        std::string_view push_pull = "separate") {
   const std::string text =
       "name = \"protocol\"\n[roles]\nservers = " + std::to_string(servers) +
       "\nworkers = " + std::to_string(workers) + "\n[ps]\nmode = \"" + std::string(mode) +
+      "\"\npush_pull = \"" + std::string(push_pull) +
       "\"\npartition_bytes = 4096\n[workload]\ntensor_bytes = [8192, 4096, 1024]\niterations = 3\n";
   return parse_scenario(text, "protocol-test");
 }
@@ -248,8 +250,11 @@ TEST(Protocol, UnreachableSchedulerIsReportedWithinTheConnectTimeout) {
   EXPECT_NE(rt.failure.find("DMLC_PS_ROOT_URI"), std::string::npos);
 }
 
-TEST(Protocol, SyncAggregatesAreExactSumsAndIdenticalOnAllWorkers) {
-  Job job(small_scenario("sync", 2, 3));
+class PushPullModes : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Protocol, PushPullModes, ::testing::Values("separate", "fused"));
+
+TEST_P(PushPullModes, SyncAggregatesAreExactSumsAndIdenticalOnAllWorkers) {
+  Job job(small_scenario("sync", 2, 3, GetParam()));
   job.start_all();
   job.harness.run([&] { return job.all_stopped(); });
   ASSERT_TRUE(job.all_stopped());
@@ -269,8 +274,8 @@ TEST(Protocol, SyncAggregatesAreExactSumsAndIdenticalOnAllWorkers) {
   }
 }
 
-TEST(Protocol, AsyncStoresHoldEveryPushExactlyOnce) {
-  Job job(small_scenario("async", 2, 3));
+TEST_P(PushPullModes, AsyncStoresHoldEveryPushExactlyOnce) {
+  Job job(small_scenario("async", 2, 3, GetParam()));
   job.start_all();
   job.harness.run([&] { return job.all_stopped(); });
   ASSERT_TRUE(job.all_stopped());

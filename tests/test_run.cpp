@@ -100,6 +100,22 @@ TEST(Run, SameModelDigestAsSim) {
   EXPECT_EQ(results(dir.path() / "run")["model_digest"], digest);
 }
 
+// The fused push_pull path across processes: the same final model as the simulator's default path.
+TEST(Run, FusedPushPullGivesTheSimulatorsModel) {
+  TempDir dir("fused");
+  Pstwin sim({"sim", "scenarios/quickstart.toml", "-q", "--set", "workload.iterations=2", "--out",
+              (dir.path() / "sim").string()},
+             dir.path() / "sim.log");
+  ASSERT_EQ(sim.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << sim.output();
+  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "run",
+                      {"workload.iterations=2", "ps.push_pull=fused"}),
+             dir.path() / "run.log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  const auto r = results(dir.path() / "run");
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+  EXPECT_EQ(r["model_digest"], results(dir.path() / "sim")["model_digest"]);
+}
+
 // Async mode across processes: pushes applied on arrival, yet every update lands exactly once, so the
 // final stores (and their digest) equal the simulator's.
 TEST(Run, AsyncModeEndsWithTheSimulatorsFinalModel) {

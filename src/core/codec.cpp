@@ -209,6 +209,8 @@ std::string_view command_name(Command command) {
       return "shutdown";
     case Command::kFatal:
       return "fatal";
+    case Command::kPushPull:
+      return "push_pull";
   }
   return "unknown";
 }

@@ -19,8 +19,9 @@ enum class Command : std::uint16_t {
   kWorkerDone = 7,  // worker -> scheduler: all iterations finished
   kShutdown = 8,    // scheduler -> node (request), node -> scheduler (response = ack)
   kFatal = 9,       // any -> scheduler: a node hit an unrecoverable error (payload: text)
+  kPushPull = 10,   // worker -> server: a push whose response carries the aggregate (ps-lite's ZPushPull)
 };
-inline constexpr std::uint16_t kMaxCommand = 9;
+inline constexpr std::uint16_t kMaxCommand = 10;
 
 std::string_view command_name(Command command);
 

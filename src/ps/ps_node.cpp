@@ -70,6 +70,7 @@ void PsNode::on_message(Message message) {
       return;
     case Command::kPush:
     case Command::kPull:
+    case Command::kPushPull:
       if (phase_ == Phase::kBarrier) {
         early_.push_back(std::move(message));
         return;

@@ -61,7 +61,7 @@ void Server::on_app_message(Message message) {
     rt_.log("server: unexpected response from node " + std::to_string(message.header.sender));
     return;
   }
-  if (message.header.command == Command::kPush) {
+  if (message.header.command == Command::kPush || message.header.command == Command::kPushPull) {
     sync ? sync_push(std::move(message)) : async_push(std::move(message));
   } else {
     sync ? sync_pull(std::move(message)) : async_pull(std::move(message));
@@ -77,7 +77,9 @@ void Server::sync_push(Message message) {
   if (std::find(round.contributors.begin(), round.contributors.end(), worker) != round.contributors.end() ||
       round.complete) {
     observer_.duplicate_push(rt_.self(), worker, key, iteration);
-    reply(message);
+    // A fused request's one reply is the aggregate, owed to the first push; a second would
+    // leave the worker a reply it cannot place.
+    if (message.header.command != Command::kPushPull) reply(message);
     return;
   }
   round.contributors.push_back(worker);
@@ -125,7 +127,11 @@ void Server::sync_push(Message message) {
   auto done = [this, request = std::move(message), &round, key, iteration, worker]() mutable {
     ++round.pushes_applied;
     observer_.push_applied(rt_.self(), worker, key, iteration);
-    reply(request);
+    // A fused push_pull is answered like a pull: with the aggregate, once the round completes.
+    if (request.header.command == Command::kPushPull)
+      round.waiting_pulls.push_back(std::move(request));
+    else
+      reply(request);
     if (round.pushes_applied < workload_.workers()) return;
     round.complete = true;
     observer_.aggregate_complete(rt_.self(), key, iteration,
@@ -182,11 +188,22 @@ void Server::async_push(Message message) {
     work = [this, &state, payload] { apply_gradients(state, std::span(&payload, 1)); };
   }
   message.payload = Payload{};
-  auto done = [this, request = std::move(message), key, iteration, worker] {
+  // Fused push_pull: the reply carries the store as this push left it, snapshotted on the lane.
+  std::shared_ptr<Payload> snapshot;
+  if (message.header.command == Command::kPushPull) {
+    snapshot = std::make_shared<Payload>();
+    work = [apply = std::move(work), &state, snapshot] {
+      apply();
+      *snapshot = state.store ? Payload::copy_of(state.store->bytes()) : Payload::phantom(state.store_bytes);
+    };
+  }
+  auto done = [this, request = std::move(message), key, iteration, worker, snapshot] {
     observer_.push_applied(rt_.self(), worker, key, iteration);
-    reply(request);
+    reply(request, snapshot ? std::move(*snapshot) : Payload{});
   };
-  engine_.submit(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done));
+  const double snapshot_s = snapshot ? static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps : 0;
+  engine_.submit(state.lane, "aggregate", {sum_cost(bytes).seconds + snapshot_s, 0}, std::move(work),
+                 std::move(done));
 }
 
 void Server::async_pull(Message message) {

@@ -130,7 +130,9 @@ void Worker::push(const PartitionSpec& partition, Payload payload) {
   fields.iteration = iteration_;
   fields.partition = partition.part;
   fields.priority = partition.priority;
-  send_to(server_id(partition.server_rank), Command::kPush, fields, std::move(payload));
+  const bool fused = scenario_.ps.push_pull == PushPullMode::kFused;
+  send_to(server_id(partition.server_rank), fused ? Command::kPushPull : Command::kPush, fields,
+          std::move(payload));
 }
 
 void Worker::on_app_message(Message message) {
@@ -144,16 +146,28 @@ void Worker::on_app_message(Message message) {
              std::to_string(message.header.iteration) + " during iteration " + std::to_string(iteration_));
     return;
   }
-  if (message.header.command == Command::kPush)
-    on_push_ack(message);
-  else
-    on_pull_response(std::move(message));
+  switch (message.header.command) {
+    case Command::kPush:
+      on_push_ack(message);
+      return;
+    case Command::kPushPull:
+      // The acknowledgement and the aggregate in one reply.
+      release_push_credit();
+      on_pull_response(std::move(message));
+      return;
+    default:
+      on_pull_response(std::move(message));
+  }
 }
 
-void Worker::on_push_ack(const Message& message) {
+void Worker::release_push_credit() {
   --pushes_unacked_;
   --in_flight_;
   dispatch_pushes();
+}
+
+void Worker::on_push_ack(const Message& message) {
+  release_push_credit();
   MessageHeader fields;
   fields.key = message.header.key;
   fields.iteration = iteration_;

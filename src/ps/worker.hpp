@@ -2,7 +2,8 @@
 // in host-shared memory (copy-in, one executor step), push it (push-out, a second step: the payload
 // is a live view of the staging buffer, read when the transport sends it, as BytePS's zero-copy
 // push does), pull the aggregate once the push is acknowledged; the iteration ends when every
-// partition is pulled. At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
+// partition is pulled (ps.push_pull = fused: one push_pull request per partition, whose reply carries
+// the aggregate). At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
 // worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
 #pragma once
@@ -34,6 +35,7 @@ class Worker final : public PsNode {
   void ready_to_push(const PartitionSpec& partition, Payload payload);
   void dispatch_pushes();
   void push(const PartitionSpec& partition, Payload payload);
+  void release_push_credit();
   void on_push_ack(const Message& message);
   void on_pull_response(Message message);
   std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);

@@ -57,6 +57,8 @@ constexpr std::array<std::pair<WorkloadKind, std::string_view>, 2> kWorkloadKind
     {{WorkloadKind::kSynthetic, "synthetic"}, {WorkloadKind::kMlp, "mlp"}}};
 constexpr std::array<std::pair<ShardingKind, std::string_view>, 2> kShardingNames{
     {{ShardingKind::kIid, "iid"}, {ShardingKind::kDirichlet, "dirichlet"}}};
+constexpr std::array<std::pair<PushPullMode, std::string_view>, 2> kPushPullNames{
+    {{PushPullMode::kSeparate, "separate"}, {PushPullMode::kFused, "fused"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 2> kSimNetworkModels{"simgrid", "flow"};
 
@@ -717,6 +719,11 @@ std::vector<Field> make_registry() {
       make_field("ps.scheduling_credit", PSTWIN_MEMBER(ps.scheduling_credit), IntCodec{0},
                  "Partitions a worker may have pushed and not yet acknowledged (BYTEPS_SCHEDULING_CREDIT); "
                  "0: no limit, so pull requests queue behind every remaining push."));
+  f.push_back(make_field(
+      "ps.push_pull", PSTWIN_MEMBER(ps.push_pull), EnumCodec<PushPullMode>{kPushPullNames},
+      "`separate`: push, then pull once the push is acknowledged (BytePS); `fused`: one push_pull request "
+      "whose reply carries the aggregate (ps-lite's ZPushPull): one round trip per partition instead of "
+      "two."));
   f.push_back(make_field("ps.heartbeat_interval", PSTWIN_MEMBER(ps.heartbeat_interval_s), positive_duration,
                          "Time between a node's heartbeats to the scheduler."));
   f.push_back(make_field("ps.heartbeat_timeout", PSTWIN_MEMBER(ps.heartbeat_timeout_s), positive_duration,
@@ -1261,6 +1268,9 @@ std::string_view to_string(StagingNaming value) {
 }
 std::string_view to_string(WorkloadKind value) {
   return enum_text<WorkloadKind>(kWorkloadKindNames, value);
+}
+std::string_view to_string(PushPullMode value) {
+  return enum_text<PushPullMode>(kPushPullNames, value);
 }
 std::string_view to_string(ShardingKind value) {
   return enum_text<ShardingKind>(kShardingNames, value);

@@ -21,6 +21,7 @@ enum class PayloadMode { kReal, kPhantom };
 enum class StagingNaming { kPerRank, kLegacyKeyOnly };
 enum class WorkloadKind { kSynthetic, kMlp };
 enum class ShardingKind { kIid, kDirichlet };
+enum class PushPullMode { kSeparate, kFused };
 
 struct LinkSpec {
   double bandwidth_Bps = 0;
@@ -56,6 +57,7 @@ struct PsConfig {
   KeyHash key_hash = KeyHash::kDjb2;        // BYTEPS_KEY_HASH_FN
   int server_engine_threads = 4;            // BYTEPS_SERVER_ENGINE_THREAD
   int scheduling_credit = 4;  // BYTEPS_SCHEDULING_CREDIT: partitions in flight per worker, 0 = no limit
+  PushPullMode push_pull = PushPullMode::kSeparate;  // fused: one request, the reply carries the aggregate
   double heartbeat_interval_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double connect_timeout_s = 10.0;  // how long a node waits for the scheduler's node table
@@ -195,5 +197,6 @@ std::string_view to_string(PayloadMode value);
 std::string_view to_string(StagingNaming value);
 std::string_view to_string(WorkloadKind value);
 std::string_view to_string(ShardingKind value);
+std::string_view to_string(PushPullMode value);
 
 }  // namespace pstwin
