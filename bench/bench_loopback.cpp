@@ -1,6 +1,6 @@
 // Loopback bench of the real backend against raw TCP, in one run: 1 scheduler, 1 server and 2
-// workers as in-process ZmqNodeRuntime nodes on 127.0.0.1 (realnet::run_local), values of 4 KB,
-// 1 MB and 16 MB.
+// workers as in-process nodes on 127.0.0.1 (realnet::run_local) over the chosen van (zmq, the
+// default, or epoll), values of 4 KB, 1 MB and 16 MB.
 //  - blocking latency: one value per iteration (push, ack, pull, response; sync mode, so each
 //    iteration waits for both workers), p50/p99 of the slowest worker's iteration time;
 //  - pipelined aggregate: many values per iteration, pushes bounded by ps.scheduling_credit,
@@ -9,8 +9,8 @@
 //    streaming connection writing that size per write() (throughput).
 // It prints both and the ratio, with the CPU seconds (user+sys) each phase used and the load
 // average: on a shared machine, wall times are noisy. Usage:
-//   bench_loopback [--sizes 4KB,1MB,16MB] [--credit N] [--quick] [--only latency|pipelined|tcp]
-//                  [--set FIELD=VALUE]...
+//   bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
+//                  [--only latency|pipelined|tcp] [--set FIELD=VALUE]...
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -245,6 +245,7 @@ int main(int argc, char** argv) {
   int credit = 4;
   bool quick = false;
   std::string only;  // "", "latency", "pipelined" or "tcp": one part alone (for profiling)
+  pstwin::realnet::LocalRunOptions run_options;
   Overrides sets;
   try {
     for (int i = 1; i < argc; ++i) {
@@ -256,6 +257,13 @@ int main(int argc, char** argv) {
         only = argv[++i];
         if (only != "latency" && only != "pipelined" && only != "tcp")
           throw std::invalid_argument("--only " + only + ": expected latency, pipelined or tcp");
+      } else if (arg == "--van" && has_value) {
+        const std::string van = argv[++i];
+        const auto parsed = pstwin::realnet::parse_van(van);
+        if (!parsed)
+          throw std::invalid_argument("--van " + van + ": expected " +
+                                      std::string(pstwin::realnet::kVanChoices));
+        run_options.van = *parsed;
       } else if (arg == "--credit" && has_value) {
         credit = std::stoi(argv[++i]);
       } else if (arg == "--sizes" && has_value) {
@@ -274,9 +282,10 @@ int main(int argc, char** argv) {
         if (eq == std::string::npos) throw std::invalid_argument("--set " + set + ": expected FIELD=VALUE");
         sets.emplace_back(set.substr(0, eq), set.substr(eq + 1));
       } else {
-        throw std::invalid_argument("unknown argument '" + arg +
-                                    "'; usage: bench_loopback [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
-                                    "[--only latency|pipelined|tcp] [--set FIELD=VALUE]...");
+        throw std::invalid_argument(
+            "unknown argument '" + arg +
+            "'; usage: bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
+            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]...");
       }
     }
   } catch (const std::exception& e) {
@@ -285,7 +294,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    std::printf("load average before: %s; %u CPUs; ps.scheduling_credit %d\n", load_average().c_str(),
+    std::printf("van %s; load average before: %s; %u CPUs; ps.scheduling_credit %d\n",
+                std::string(pstwin::realnet::van_name(run_options.van)).c_str(), load_average().c_str(),
                 std::thread::hardware_concurrency(), credit);
     std::vector<Row> rows;
     for (const auto size : sizes) {
@@ -295,8 +305,8 @@ int main(int argc, char** argv) {
 
       double cpu = cpu_seconds();
       if (only.empty() || only == "latency") {
-        const auto latency = steady(iteration_times(
-            pstwin::realnet::run_local(bench_scenario(size, 1, plan.latency_rounds, credit, sets))));
+        const auto latency = steady(iteration_times(pstwin::realnet::run_local(
+            bench_scenario(size, 1, plan.latency_rounds, credit, sets), run_options)));
         row.ps_lat_cpu = cpu_seconds() - cpu;
         row.ps_p50 = percentile(latency, 0.5);
         row.ps_p99 = percentile(latency, 0.99);
@@ -304,7 +314,8 @@ int main(int argc, char** argv) {
       if (only.empty() || only == "pipelined") {
         cpu = cpu_seconds();
         const auto pipeline = steady(iteration_times(pstwin::realnet::run_local(
-            bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets))));
+            bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets),
+            run_options)));
         row.ps_pipe_cpu = cpu_seconds() - cpu;
         double busy = 0;
         for (const double t : pipeline) busy += t;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -138,10 +139,14 @@ EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks
   if (stop_fd_.get() < 0 || wake_fd_.get() < 0 || send_epoll_.get() < 0 || receive_epoll_.get() < 0) {
     throw std::runtime_error("eventfd/epoll_create1: " + errno_text(errno));
   }
+  epoll_add(receive_epoll_.get(), listen_fd_.get(), EPOLLIN);
+  if (!options_.own_threads) {
+    epoll_add(receive_epoll_.get(), wake_fd_.get(), EPOLLIN);  // one epoll set for everything
+    return;
+  }
   epoll_add(send_epoll_.get(), stop_fd_.get(), EPOLLIN);
   epoll_add(send_epoll_.get(), wake_fd_.get(), EPOLLIN);
   epoll_add(receive_epoll_.get(), stop_fd_.get(), EPOLLIN);
-  epoll_add(receive_epoll_.get(), listen_fd_.get(), EPOLLIN);
   send_thread_ = std::jthread([this] { send_loop(); });
   receive_thread_ = std::jthread([this] { receive_loop(); });
 }
@@ -162,6 +167,7 @@ void EpollTransport::stop() {
   if (receive_thread_.joinable()) receive_thread_.join();
   std::lock_guard lock(mutex_);
   for (auto& [peer, connection] : out_) pool_.drop(peer);
+  out_by_fd_.clear();
   out_.clear();  // closes every outgoing socket
   in_.clear();   // and every accepted one
 }
@@ -170,7 +176,9 @@ void EpollTransport::report(const std::string& peer, const std::string& field, c
   if (callbacks_.on_error) callbacks_.on_error(TransportError{peer, field, detail});
 }
 
-std::optional<std::string> EpollTransport::connect(NodeId peer, const std::string& host, std::uint16_t port) {
+std::optional<std::string> EpollTransport::connect(NodeId peer, const std::string& host, std::uint16_t port,
+                                                   bool* refused) {
+  if (refused != nullptr) *refused = false;
   if (peer == kNoNode)
     return "connect: peer is kNoNode (" + std::to_string(kNoNode) + "): pass the peer's node id";
   sockaddr_in address{};
@@ -184,7 +192,9 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
   FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return name + ": socket: " + errno_text(errno);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    return name + ": connect: " + errno_text(errno);
+    const int error = errno;
+    if (refused != nullptr) *refused = error == ECONNREFUSED;
+    return name + ": connect: " + errno_text(error);
   }
   set_int_option(fd.get(), IPPROTO_TCP, TCP_NODELAY, 1);
   if (options_.notsent_lowat > 0)
@@ -199,12 +209,13 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
   std::lock_guard lock(mutex_);
   if (stopped_) return name + ": the transport is stopped";
   if (out_.contains(peer)) return name + ": node " + std::to_string(peer) + " is already connected";
+  out_by_fd_[connection->fd.get()] = connection.get();
   out_.emplace(peer, std::move(connection));
   return std::nullopt;
 }
 
 std::optional<std::string> EpollTransport::send(NodeId peer, Message message) {
-  message.header.sender = self_;
+  message.header.sender = self_.load();
   message.header.recipient = peer;
   {
     std::lock_guard lock(mutex_);
@@ -215,11 +226,15 @@ std::optional<std::string> EpollTransport::send(NodeId peer, Message message) {
     if (it->second->dead) return "send: " + it->second->name + " was lost";
     if (auto error = pool_.enqueue(peer, std::move(message))) return error;
   }
+  if (options_.own_threads) wake();  // the owner of a thread-less transport calls pump()
+  return std::nullopt;
+}
+
+void EpollTransport::wake() {
   if (!wake_pending_.exchange(true)) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto written = ::write(wake_fd_.get(), &one, sizeof one);
   }
-  return std::nullopt;
 }
 
 std::optional<std::string> EpollTransport::set_weights(std::uint64_t version,
@@ -238,14 +253,15 @@ fpt::DestinationStats EpollTransport::stats(NodeId peer) const {
 void EpollTransport::fail_out(OutConnection& connection, const std::string& detail) {
   const std::size_t committed = connection.frames.size();
   connection.frames.clear();
-  epoll_ctl(send_epoll_.get(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
-  connection.fd.reset();
-  connection.dead = true;
+  epoll_ctl(out_epoll(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
   std::size_t queued = 0;
   {
     std::lock_guard lock(mutex_);
+    out_by_fd_.erase(connection.fd.get());
     queued = pool_.drop(connection.peer).size();
   }
+  connection.fd.reset();
+  connection.dead = true;
   report(connection.name, "connection",
          detail + "; " + std::to_string(committed + queued) + " message(s) to it were not delivered");
 }
@@ -281,7 +297,7 @@ bool EpollTransport::flush(OutConnection& connection) {
             std::lock_guard lock(mutex_);
             pool_.set_blocked(connection.peer, true);
           }
-          epoll_add(send_epoll_.get(), connection.fd.get(), EPOLLOUT);
+          epoll_add(out_epoll(), connection.fd.get(), EPOLLOUT);
         }
         return true;
       }
@@ -300,16 +316,50 @@ bool EpollTransport::flush(OutConnection& connection) {
   }
   if (connection.blocked) {
     connection.blocked = false;
-    epoll_ctl(send_epoll_.get(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
+    epoll_ctl(out_epoll(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
     std::lock_guard lock(mutex_);
     pool_.set_blocked(connection.peer, false);
   }
   return true;
 }
 
+void EpollTransport::on_writable(int fd) {
+  OutConnection* connection = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = out_by_fd_.find(fd);
+    if (it != out_by_fd_.end()) connection = it->second;
+  }
+  if (connection != nullptr) flush(*connection);
+}
+
+bool EpollTransport::send_batch() {
+  std::array<OutConnection*, kBatchMessages> touched{};
+  std::size_t touched_count = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return false;
+    std::uint64_t bytes = 0;
+    for (std::size_t n = 0; n < kBatchMessages && bytes < kBatchBytes; ++n) {
+      auto out = pool_.next();
+      if (!out) break;
+      OutConnection& connection = *out_.at(out->destination);
+      const Payload payload = out->message.payload.frozen();
+      OutConnection::Frame frame{encode_header(out->message.header, payload, options_.payload_crc), payload};
+      bytes += frame.size();
+      connection.frames.push_back(std::move(frame));
+      const auto end = touched.begin() + static_cast<std::ptrdiff_t>(touched_count);
+      if (std::find(touched.begin(), end, &connection) == end) touched[touched_count++] = &connection;
+    }
+  }
+  for (std::size_t i = 0; i < touched_count; ++i) {
+    if (!touched[i]->blocked) flush(*touched[i]);
+  }
+  return touched_count > 0;
+}
+
 void EpollTransport::send_loop() {
   std::array<epoll_event, kMaxEvents> events{};
-  std::vector<OutConnection*> touched;
   bool idle = false;
   for (;;) {
     const int ready = epoll_wait(send_epoll_.get(), events.data(), kMaxEvents, idle ? -1 : 0);
@@ -321,40 +371,62 @@ void EpollTransport::send_loop() {
         [[maybe_unused]] const auto got = ::read(fd, &count, sizeof count);
         continue;
       }
-      OutConnection* connection = nullptr;
-      {
-        std::lock_guard lock(mutex_);
-        for (auto& [peer, c] : out_) {
-          if (c->fd.get() == fd) connection = c.get();
-        }
-      }
-      if (connection != nullptr) flush(*connection);
+      on_writable(fd);
     }
     // Clear the flag before looking at the pool: a send() after the look signals the eventfd.
     wake_pending_.store(false);
-    touched.clear();
     {
       std::lock_guard lock(mutex_);
       if (stopped_) return;
-      std::uint64_t bytes = 0;
-      for (std::size_t n = 0; n < kBatchMessages && bytes < kBatchBytes; ++n) {
-        auto out = pool_.next();
-        if (!out) break;
-        OutConnection& connection = *out_.at(out->destination);
-        const Payload payload = out->message.payload.frozen();
-        OutConnection::Frame frame{encode_header(out->message.header, payload, options_.payload_crc),
-                                   payload};
-        bytes += frame.size();
-        connection.frames.push_back(std::move(frame));
-        if (std::find(touched.begin(), touched.end(), &connection) == touched.end())
-          touched.push_back(&connection);
-        // A destination with enough committed stays out of this batch, so priorities keep their meaning.
-      }
     }
-    for (OutConnection* connection : touched) {
-      if (!connection->blocked) flush(*connection);
+    // A destination with enough committed stays out of this batch, so priorities keep their meaning.
+    idle = !send_batch();
+  }
+}
+
+void EpollTransport::pump() {
+  while (send_batch()) {
+  }
+}
+
+bool EpollTransport::idle() const {
+  std::lock_guard lock(mutex_);
+  if (!pool_.empty()) return false;
+  return std::ranges::all_of(out_, [](const auto& entry) { return entry.second->frames.empty(); });
+}
+
+void EpollTransport::poll(int timeout_ms) {
+  std::array<epoll_event, kMaxEvents> events{};
+  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, timeout_ms);
+  if (ready < 0 && errno != EINTR) {
+    report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
+    return;
+  }
+  for (int i = 0; i < ready; ++i) {
+    const auto& event = events[static_cast<std::size_t>(i)];
+    const int fd = event.data.fd;
+    if (fd == wake_fd_.get()) {
+      std::uint64_t count = 0;
+      [[maybe_unused]] const auto got = ::read(fd, &count, sizeof count);
+      // After the read: a wake() before this line finds the owner awake and about to look.
+      wake_pending_.store(false);
+    } else if (fd != listen_fd_.get() && !in_.contains(fd)) {
+      on_writable(fd);  // one of our blocked connections (writable, or in error)
+    } else {
+      on_readable(fd);
     }
-    idle = touched.empty();
+  }
+}
+
+bool EpollTransport::drain(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    pump();
+    if (idle()) return true;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    poll(static_cast<int>(std::min<std::int64_t>(left.count(), 10)));
   }
 }
 
@@ -390,10 +462,11 @@ bool EpollTransport::finish_header(InConnection& c) {
     report(c.name(), error->field, error->detail + "; connection dropped");
     return false;
   }
-  if (header.recipient != self_) {
+  const NodeId self = self_.load();
+  if (header.recipient != self && self != kNoNode) {
     report(c.name(), "recipient",
-           "frame for node " + std::to_string(header.recipient) + " arrived at node " +
-               std::to_string(self_) + " (misrouted); connection dropped");
+           "frame for node " + std::to_string(header.recipient) + " arrived at node " + std::to_string(self) +
+               " (misrouted); connection dropped");
     return false;
   }
   if (c.sender != kNoNode && header.sender != c.sender) {
@@ -510,23 +583,27 @@ void EpollTransport::receive_loop() {
   for (;;) {
     const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, -1);
     if (ready < 0 && errno != EINTR) {
-      report("node " + std::to_string(self_), "connection", "epoll_wait failed: " + errno_text(errno));
+      report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
       return;
     }
     for (int i = 0; i < ready; ++i) {
       const int fd = events[static_cast<std::size_t>(i)].data.fd;
       if (fd == stop_fd_.get()) return;
-      if (fd == listen_fd_.get()) {
-        accept_all();
-        continue;
-      }
-      const auto it = in_.find(fd);
-      if (it == in_.end()) continue;
-      if (!read_some(*it->second)) {
-        epoll_ctl(receive_epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-        in_.erase(it);  // closes it
-      }
+      on_readable(fd);
     }
+  }
+}
+
+void EpollTransport::on_readable(int fd) {
+  if (fd == listen_fd_.get()) {
+    accept_all();
+    return;
+  }
+  const auto it = in_.find(fd);
+  if (it == in_.end()) return;
+  if (!read_some(*it->second)) {
+    epoll_ctl(receive_epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    in_.erase(it);  // closes it
   }
 }
 

@@ -6,6 +6,9 @@
 //  - The send thread drains an fpt::SendPool (control first, DRR across peers, priority then order
 //    within a peer) and writes header + payload with one sendmsg per batch, never copying a payload.
 //    It sleeps in epoll on an eventfd (woken by send()) and the sockets that are full.
+// With Options::own_threads false there are no threads: the owner's thread (EpollNodeRuntime's
+// event loop) drives both sides with poll() and pump(), so a message goes from the protocol to the
+// socket and from the socket to the protocol with no thread hop.
 // Connections are one-way: connect() opens ours to a peer's listener; frames name their sender.
 // TCP_NOTSENT_LOWAT keeps the kernel's unsent queue short so the pool, not the kernel, decides what
 // goes next; SO_SNDBUF/SO_RCVBUF are left alone (setting them turns off autotuning).
@@ -66,6 +69,9 @@ class EpollTransport {
     bool payload_crc = true;              // CRC-32 of payloads, sent and checked (both ends must agree)
     DecodeLimits limits;
     fpt::SendPoolOptions pool;
+    // false: start no thread; the owner calls poll(), pump() and drain() from one thread of its own,
+    // and the callbacks run on it.
+    bool own_threads = true;
   };
   struct Callbacks {
     std::function<void(Message)> on_message;              // on the receive thread
@@ -79,10 +85,14 @@ class EpollTransport {
   EpollTransport& operator=(const EpollTransport&) = delete;
 
   std::uint16_t port() const { return port_; }
-  NodeId self() const { return self_; }
+  NodeId self() const { return self_.load(); }
+  // The id a scheduler assigned later (kNoNode until then: frames to any recipient are accepted).
+  void set_self(NodeId id) { self_.store(id); }
 
-  // Opens our connection to `peer` listening at host:port (blocking). An error names the field at fault.
-  [[nodiscard]] std::optional<std::string> connect(NodeId peer, const std::string& host, std::uint16_t port);
+  // Opens our connection to `peer` listening at host:port (blocking). An error names the field at
+  // fault; `refused`, if given, tells whether nothing listened there (yet).
+  [[nodiscard]] std::optional<std::string> connect(NodeId peer, const std::string& host, std::uint16_t port,
+                                                   bool* refused = nullptr);
 
   // Queues `message` for `peer` (sender and recipient are filled in). Thread-safe. An error if the
   // peer was never connected, its connection was lost, or the transport stopped.
@@ -91,6 +101,19 @@ class EpollTransport {
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
                                                        std::span<const fpt::DestinationWeight> weights);
   fpt::DestinationStats stats(NodeId peer) const;
+
+  // Without own threads: waits up to `timeout_ms` (-1: no limit, 0: not at all) for a readable
+  // socket, a writable blocked one or wake(), and handles what is ready: frames are delivered to
+  // on_message on this thread, blocked connections are written. Returns after one round.
+  void poll(int timeout_ms);
+  // Without own threads: moves what the pool releases onto the sockets until the pool is empty or
+  // every destination with messages is blocked. send() does not do it: call it after sending.
+  void pump();
+  // Makes a poll() in progress (or the next one) return. Any thread.
+  void wake();
+  // Without own threads: pumps and polls until everything queued was written to the kernel or
+  // `timeout_ms` passed; true if it all left. Frames that arrive meanwhile are still delivered.
+  bool drain(int timeout_ms);
 
   // Stops both threads, joins them and closes every socket; queued messages are dropped. Idempotent.
   void stop();
@@ -101,6 +124,13 @@ class EpollTransport {
 
   void send_loop();
   void receive_loop();
+  // One round of the send side: takes a batch from the pool and writes it; false if the pool gave
+  // nothing (empty, or every destination with messages blocked).
+  bool send_batch();
+  void on_writable(int fd);
+  void on_readable(int fd);
+  int out_epoll() const { return options_.own_threads ? send_epoll_.get() : receive_epoll_.get(); }
+  bool idle() const;
   bool flush(OutConnection& connection);  // false: the connection failed (already reported)
   void fail_out(OutConnection& connection, const std::string& detail);
   void accept_all();
@@ -110,7 +140,7 @@ class EpollTransport {
   bool deliver(InConnection& connection);
   void report(const std::string& peer, const std::string& field, const std::string& detail);
 
-  const NodeId self_;
+  std::atomic<NodeId> self_;
   const Options options_;
   const Callbacks callbacks_;
   FileDescriptor listen_fd_;
@@ -123,6 +153,7 @@ class EpollTransport {
   mutable std::mutex mutex_;  // guards pool_, out_ (the map), stopped_
   fpt::SendPool pool_;
   std::map<NodeId, std::unique_ptr<OutConnection>> out_;
+  std::map<int, OutConnection*> out_by_fd_;  // the same connections, by socket
   bool stopped_ = false;
   std::atomic<bool> wake_pending_{false};
 

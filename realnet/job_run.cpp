@@ -342,11 +342,11 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   std::optional<NetnsCluster> cluster;
   if (options.netns) cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log);
   const std::string root_uri = cluster ? cluster->host(sc.scheduler_host_name()).address : "127.0.0.1";
-  base_env.insert(
-      base_env.end(),
-      {"DMLC_PS_ROOT_URI=" + root_uri, "DMLC_PS_ROOT_PORT=" + std::to_string(port),
-       "DMLC_NUM_WORKER=" + std::to_string(sc.roles.workers),
-       "DMLC_NUM_SERVER=" + std::to_string(sc.roles.servers), "PS_VERBOSE=0", "BYTEPS_FORCE_DISTRIBUTED=1"});
+  base_env.insert(base_env.end(),
+                  {"DMLC_PS_ROOT_URI=" + root_uri, "DMLC_PS_ROOT_PORT=" + std::to_string(port),
+                   "DMLC_NUM_WORKER=" + std::to_string(sc.roles.workers),
+                   "DMLC_NUM_SERVER=" + std::to_string(sc.roles.servers), "PS_VERBOSE=0",
+                   "BYTEPS_FORCE_DISTRIBUTED=1", "DMLC_PS_VAN_TYPE=" + std::string(van_name(options.van))});
 
   struct Spec {
     std::string name;
@@ -451,6 +451,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       failure = spec.name + " wrote no report (see " + (dir / (spec.name + ".log")).string() + ")";
   }
   RunReport report = merge_parts(sc, parts, failure);
+  report.van = std::string(van_name(options.van));
   report.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
   report.run_time_s = report.wall_s;
   if (options.netns) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "realnet/node_run.hpp"
+#include "realnet/van.hpp"
 #include "report/run_report.hpp"
 #include "scenario/scenario.hpp"
 
@@ -38,7 +39,8 @@ struct JobRunOptions {
   std::string scenario_path;      // passed to every node as --scenario
   std::vector<std::string> sets;  // FIELD=VALUE, passed to every node as --set
   std::string parts_dir;          // <role><rank>.json and <role><rank>.log go here
-  bool netns = false;  // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
+  bool netns = false;   // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
+  Van van = Van::kZmq;  // every node's transport (DMLC_PS_VAN_TYPE)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };
 

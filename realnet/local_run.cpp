@@ -9,7 +9,7 @@
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
-#include "realnet/zmq_runtime.hpp"
+#include "realnet/loop_runtime.hpp"
 #include "report/run_observers.hpp"
 #include "train/ps_training.hpp"
 
@@ -23,11 +23,11 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   LockedObserver observer(observers.fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
-  std::vector<std::unique_ptr<ZmqNodeRuntime>> nodes;
-  auto add = [&](std::string label) -> ZmqNodeRuntime& {
+  std::vector<std::unique_ptr<LoopRuntime>> nodes;
+  auto add = [&](std::string label) -> LoopRuntime& {
     const int pid = static_cast<int>(nodes.size());
-    nodes.push_back(std::make_unique<ZmqNodeRuntime>(
-        host, ZmqNodeRuntime::Options{std::move(label), pid, sc.seed, "127.0.0.1:*", 0}));
+    nodes.push_back(make_node_runtime(options.van, host,
+                                      NodeRuntimeOptions{std::move(label), pid, sc.seed, "127.0.0.1:*", 0}));
     return *nodes.back();
   };
   auto& scheduler = add("scheduler");
@@ -62,6 +62,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   RunReport report;
   report.scenario = sc.name;
   report.backend = "real";
+  report.van = std::string(van_name(options.van));
   report.seed = sc.seed;
   std::ostringstream stuck;
   for (const auto& node : nodes)

@@ -1,4 +1,5 @@
-// Runs a whole scenario (scheduler, servers, workers) as ZmqNodeRuntime nodes inside this process,
+// Runs a whole scenario (scheduler, servers, workers) as node runtimes of one van (ZeroMQ or epoll)
+// inside this process,
 // over real TCP sockets on 127.0.0.1. The scenario's hosts are ignored: every node is local.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "realnet/van.hpp"
 #include "report/run_report.hpp"
 #include "scenario/scenario.hpp"
 
@@ -20,6 +22,7 @@ struct LocalRunOptions {
   std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_started;
   // Wall-clock limit; 0: sim.max_time_s capped at 120 s.
   double timeout_s = 0;
+  Van van = Van::kZmq;  // the transport of every node
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});

@@ -71,7 +71,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "BYTEPS_SERVER_ENGINE_THREAD",
                                               "BYTEPS_FORCE_DISTRIBUTED",
                                               "PS_VERBOSE",
-                                              "BYTEPS_LOG_LEVEL"};
+                                              "BYTEPS_LOG_LEVEL",
+                                              "DMLC_PS_VAN_TYPE"};
   return names;
 }
 
@@ -135,6 +136,11 @@ NodeEnv parse_node_env(const Env& env) {
     // BytePS users raise logging with BYTEPS_LOG_LEVEL, ps-lite users with PS_VERBOSE: honour either.
     const int implied = level == "TRACE" ? 2 : (level == "DEBUG" || level == "INFO") ? 1 : 0;
     out.verbose = std::max(out.verbose, implied);
+  }
+  if (const auto* v = find(env, "DMLC_PS_VAN_TYPE"); v != nullptr && !v->empty()) {
+    const auto van = parse_van(*v);
+    if (!van) bad("DMLC_PS_VAN_TYPE", *v, std::string(kVanChoices) + " (the same for every node of the job)");
+    out.van = *van;
   }
   return out;
 }

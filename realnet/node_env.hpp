@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "realnet/van.hpp"
 #include "scenario/scenario.hpp"
 
 namespace pstwin::realnet {
@@ -36,6 +37,7 @@ struct NodeEnv {
   bool force_distributed = false;                // BYTEPS_FORCE_DISTRIBUTED (accepted, no effect)
   int verbose = 0;                    // PS_VERBOSE: 0, 1 or 2, raised by BYTEPS_LOG_LEVEL (see docs)
   std::string log_level = "WARNING";  // BYTEPS_LOG_LEVEL, upper-cased
+  Van van = Van::kZmq;                // DMLC_PS_VAN_TYPE: zmq or epoll
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

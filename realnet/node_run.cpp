@@ -16,8 +16,8 @@
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
+#include "realnet/loop_runtime.hpp"
 #include "realnet/shm_staging.hpp"
-#include "realnet/zmq_runtime.hpp"
 #include "report/accuracy_recorder.hpp"
 #include "train/ps_training.hpp"
 
@@ -147,9 +147,9 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
 
-  auto runtime = std::make_unique<ZmqNodeRuntime>(
-      host, ZmqNodeRuntime::Options{label, 0, sc.seed, env.bind_address(), /*linger_ms=*/1000});
-  ZmqNodeRuntime& rt = *runtime;
+  auto runtime = make_node_runtime(
+      env.van, host, NodeRuntimeOptions{label, 0, sc.seed, env.bind_address(), /*linger_ms=*/1000});
+  LoopRuntime& rt = *runtime;
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
   std::unique_ptr<Node> protocol;
   switch (env.role) {

@@ -136,6 +136,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
   job.sets = common.sets;
   job.parts_dir = out_dir + "/parts";
   job.netns = options.netns;
+  job.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   RunReport report;
   try {

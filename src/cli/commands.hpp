@@ -33,8 +33,9 @@ struct NodeOptions {
 };
 
 struct RunOptions {
-  std::string out_dir;  // "" = pstwin-out/<scenario name>
-  bool netns = false;   // one network namespace per scenario host, links shaped with tc (root only)
+  std::string out_dir;      // "" = pstwin-out/<scenario name>
+  bool netns = false;       // one network namespace per scenario host, links shaped with tc (root only)
+  std::string van = "zmq";  // zmq | epoll (realnet/van.hpp)
 };
 
 struct CompareOptions {

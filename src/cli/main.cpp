@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
   run->add_flag("--netns", run_options.netns,
                 "each scenario host in its own network namespace, veth links shaped with tc tbf to its "
                 "bandwidth (root; latency is not emulated); everything made is removed on exit");
+  run->add_option("--van", run_options.van,
+                  "every node's transport: zmq (ZeroMQ, default) or epoll (FPT's epoll TCP transport with "
+                  "the send pool); sets DMLC_PS_VAN_TYPE for the nodes")
+      ->check(CLI::IsMember({"zmq", "epoll"}));
 
   CompareOptions compare_options;
   auto* compare = app.add_subcommand(

@@ -74,6 +74,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   ordered_json j;
   j["scenario"] = r.scenario;
   j["backend"] = r.backend;
+  if (!r.van.empty()) j["van"] = r.van;
   j["seed"] = r.seed;
   j["completed"] = r.completed;
   j["failure"] = r.failure;
@@ -134,6 +135,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   RunReport r;
   r.scenario = j.at("scenario").get<std::string>();
   r.backend = j.at("backend").get<std::string>();
+  r.van = j.value("van", std::string());
   r.seed = j.at("seed").get<std::uint64_t>();
   r.completed = j.at("completed").get<bool>();
   r.failure = j.at("failure").get<std::string>();

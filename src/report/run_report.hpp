@@ -67,6 +67,7 @@ struct TraceSpan {
 struct RunReport {
   std::string scenario;
   std::string backend;  // "sim" or "real"
+  std::string van;      // the real backend's transport, "zmq" or "epoll"; "" for sim
   std::uint64_t seed = 0;
   bool completed = false;
   std::string failure;  // why the run did not complete ("" if it did)

@@ -1,0 +1,201 @@
+#include "realnet/epoll_runtime.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "core/codec.hpp"
+
+namespace pstwin::realnet {
+
+namespace {
+
+constexpr double kRetryConnectS = 0.02;  // a refused peer's listener is tried again this often
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// "HOST:PORT" (PORT "*" = 0 when `any_port`); nullopt if malformed.
+std::optional<HostPort> split_host_port(std::string_view text, bool any_port) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  HostPort out{std::string(text.substr(0, colon)), 0};
+  const std::string_view port = text.substr(colon + 1);
+  if (any_port && port == "*") return out;
+  unsigned value = 0;
+  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (error != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
+    return std::nullopt;
+  out.port = static_cast<std::uint16_t>(value);
+  return out;
+}
+
+EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
+  const auto where = split_host_port(options.bind, /*any_port=*/true);
+  if (!where) throw BindError("cannot bind " + options.bind + ": expected HOST:PORT with PORT a number or *");
+  EpollTransport::Options out;
+  out.bind_host = where->host;
+  out.port = where->port;
+  out.own_threads = false;  // the event loop drives it
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// A server's 4 KB summation is modelled at about 1 us; handing it to a lane costs two thread
+// wake-ups, each longer than that on a loaded 2-core VM.
+constexpr Seconds kInlineTaskBelowS = 10e-6;
+
+NodeRuntimeOptions with_inline_tasks(NodeRuntimeOptions options) {
+  if (options.inline_task_below_s <= 0) options.inline_task_below_s = kInlineTaskBelowS;
+  return options;
+}
+
+}  // namespace
+
+EpollNodeRuntime::EpollNodeRuntime(LocalHost& host, Options options)
+    : LoopRuntime(host, with_inline_tasks(std::move(options))) {
+  auto transport = transport_options(options_);
+  const std::string bind_host = transport.bind_host;
+  try {
+    transport_ = std::make_unique<EpollTransport>(
+        kNoNode, std::move(transport),
+        EpollTransport::Callbacks{[this](Message message) { on_frame(std::move(message)); },
+                                  [this](const TransportError& error) { on_error(error); }});
+  } catch (const std::runtime_error& e) {
+    const std::string text = e.what();
+    throw BindError(text.starts_with("cannot bind") ? text : "cannot bind " + options_.bind + ": " + text);
+  }
+  set_address(bind_host + ":" + std::to_string(transport_->port()));
+}
+
+EpollNodeRuntime::~EpollNodeRuntime() {
+  shut_down();
+  // The loop is over: this thread drives the transport now. A node process's last reply leaves
+  // before the sockets close (closing then lets the kernel finish sending what it holds).
+  if (options_.linger_ms > 0 && !transport_->drain(options_.linger_ms))
+    host_.log_line(options_.label + ": messages still queued after " + std::to_string(options_.linger_ms) +
+                   " ms of linger were dropped");
+  transport_->stop();
+}
+
+void EpollNodeRuntime::set_self(NodeId id) {
+  LoopRuntime::set_self(id);
+  transport_->set_self(id);
+}
+
+std::optional<std::string> EpollNodeRuntime::set_weights(std::uint64_t version,
+                                                         std::span<const fpt::DestinationWeight> weights) {
+  return transport_->set_weights(version, weights);
+}
+
+void EpollNodeRuntime::bind_peer(NodeId id, const std::string& address) {
+  if (const auto it = connected_.find(id); it != connected_.end()) {
+    if (it->second != address)
+      log("node " + std::to_string(id) + " is already connected at " + it->second + "; keeping that, not " +
+          address);
+    return;
+  }
+  if (pending_.contains(id)) return;  // being retried already
+  const auto where = split_host_port(address, /*any_port=*/false);
+  if (!where) {
+    fail("address of node " + std::to_string(id) + " \"" + address + "\" is not HOST:PORT");
+    return;
+  }
+  Pending pending{where->host, where->port, {}};
+  if (try_connect(id, pending)) return;
+  if (halting()) return;  // failed for good
+  pending_.emplace(id, std::move(pending));
+  if (!retry_armed_) {
+    retry_armed_ = true;
+    start_timer(kRetryConnectS, [this] { retry_pending(); });
+  }
+}
+
+bool EpollNodeRuntime::try_connect(NodeId id, Pending& pending) {
+  bool refused = false;
+  if (const auto error = transport_->connect(id, pending.host, pending.port, &refused)) {
+    if (!refused) fail(*error);
+    return false;
+  }
+  connected_[id] = pending.host + ":" + std::to_string(pending.port);
+  for (auto& message : pending.held) hand_over(std::move(message));
+  pending.held.clear();
+  return true;
+}
+
+void EpollNodeRuntime::retry_pending() {
+  retry_armed_ = false;
+  for (auto it = pending_.begin(); it != pending_.end() && !halting();) {
+    if (try_connect(it->first, it->second))
+      it = pending_.erase(it);
+    else
+      ++it;
+  }
+  if (!pending_.empty() && !halting()) {
+    retry_armed_ = true;
+    start_timer(kRetryConnectS, [this] { retry_pending(); });
+  }
+}
+
+void EpollNodeRuntime::queue(Message message) {
+  host_.count_message(kHeaderBytes + message.payload.size());
+  if (host_.tracing()) {
+    const Seconds at = now();
+    trace_lane("send->" + std::to_string(message.header.recipient), "send", span_name(message.header), at,
+               at);
+  }
+  if (const auto it = pending_.find(message.header.recipient); it != pending_.end()) {
+    it->second.held.push_back(std::move(message));
+    return;
+  }
+  hand_over(std::move(message));
+}
+
+void EpollNodeRuntime::hand_over(Message message) {
+  const NodeId to = message.header.recipient;
+  if (const auto error = transport_->send(to, std::move(message))) {
+    if (!halting()) fail("send to node " + std::to_string(to) + ": " + *error);
+  }
+}
+
+void EpollNodeRuntime::flush() {
+  transport_->pump();
+}
+
+void EpollNodeRuntime::wait(long timeout_ms) {
+  transport_->poll(static_cast<int>(std::clamp<long>(timeout_ms, -1, INT_MAX)));
+}
+
+void EpollNodeRuntime::wake() {
+  transport_->wake();
+}
+
+void EpollNodeRuntime::on_frame(Message message) {
+  if (halting()) return;  // the loop is over (linger): nobody handles it
+  if (host_.tracing()) {
+    const Seconds at = now();
+    trace_lane("recv<-" + std::to_string(message.header.sender), "receive", span_name(message.header), at,
+               at);
+  }
+  deliver(std::move(message));
+}
+
+void EpollNodeRuntime::on_error(const TransportError& error) {
+  ++transport_errors_;
+  if (halting()) {
+    log(error.to_string());
+    return;
+  }
+  // The connection is gone with whatever it carried: the run cannot complete correctly.
+  fail(error.to_string());
+}
+
+}  // namespace pstwin::realnet

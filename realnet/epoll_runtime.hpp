@@ -1,0 +1,69 @@
+// The real-network backend over FPT's epoll TCP transport (the "epoll" van, DMLC_PS_VAN_TYPE=epoll):
+// one EpollNodeRuntime per protocol node. The transport runs without threads of its own: the
+// node's event loop (LoopRuntime) sleeps in its epoll set, reads frames straight into the
+// messages' buffers and hands them to the protocol, and writes what the protocol sent through the
+// send pool (control first, DRR across peers by weight, priority then order within a peer) with one
+// sendmsg per batch. A message crosses no thread between the protocol and the kernel. Threads per
+// node: the event loop and one per executor lane.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "fpt/send_pool.hpp"
+#include "realnet/epoll_transport.hpp"
+#include "realnet/loop_runtime.hpp"
+
+namespace pstwin::realnet {
+
+class EpollNodeRuntime final : public LoopRuntime {
+ public:
+  // Binds and listens before returning; throws BindError if it cannot.
+  EpollNodeRuntime(LocalHost& host, Options options);
+  ~EpollNodeRuntime() override;
+
+  void set_self(NodeId id) override;
+  // DRR weights of the send pool by destination, from the next round on (see fpt::SendPool).
+  [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
+                                                       std::span<const fpt::DestinationWeight> weights);
+  fpt::DestinationStats stats(NodeId peer) const { return transport_->stats(peer); }
+  // Transport errors seen (a malformed or misrouted frame, a peer closing mid-frame, a connection
+  // lost): before the node stops, each fails it, naming the peer.
+  std::uint64_t transport_errors() const { return transport_errors_.load(); }
+
+ private:
+  // A peer whose listener refused us (its process is not up yet): retried on a timer, its messages
+  // held in order until the connection opens. The protocol's connect timeout bounds the wait.
+  struct Pending {
+    std::string host;
+    std::uint16_t port = 0;
+    std::deque<Message> held;
+  };
+
+  void bind_peer(NodeId id, const std::string& address) override;
+  void queue(Message message) override;
+  void receive() override {}  // wait() delivers what arrives
+  void flush() override;
+  void wait(long timeout_ms) override;
+  void wake() override;
+
+  void on_frame(Message message);
+  void on_error(const TransportError& error);
+  bool try_connect(NodeId id, Pending& pending);  // false: still refused; fails the node on other errors
+  void retry_pending();
+  void hand_over(Message message);
+
+  std::unique_ptr<EpollTransport> transport_;
+  std::map<NodeId, std::string> connected_;  // peer -> address of our open connection
+  std::map<NodeId, Pending> pending_;
+  bool retry_armed_ = false;
+  std::atomic<std::uint64_t> transport_errors_ = 0;
+};
+
+}  // namespace pstwin::realnet

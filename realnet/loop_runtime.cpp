@@ -1,0 +1,392 @@
+#include "realnet/loop_runtime.hpp"
+
+#include <malloc.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+namespace pstwin::realnet {
+
+namespace {
+
+std::string this_host_name() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) return "localhost";
+  return name.data();
+}
+
+// Message buffers of megabytes are allocated on one thread (a worker's loop, ZeroMQ's I/O thread,
+// an engine lane) and freed on another. With glibc's defaults each is mmap'ed and unmapped, or lands
+// in a per-thread arena whose heap is trimmed or deleted when it empties, so every new buffer
+// page-faults its memory in again: measured on loopback, that cost more CPU than moving the bytes.
+// One arena, no mmap below 32 MiB and no trimming below 1 GiB keep freed buffers for reuse.
+void keep_freed_buffers_for_reuse() {
+  static const bool done = [] {
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  static_cast<void>(done);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- SharedStaging
+
+std::shared_ptr<ByteBuffer> SharedStaging::open(std::string_view name, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  auto it = regions_.find(name);
+  if (it == regions_.end() || it->second->size() != bytes)
+    it = regions_.insert_or_assign(std::string(name), std::make_shared<ByteBuffer>(bytes)).first;
+  return it->second;
+}
+
+// ---------------------------------------------------------------- LocalHost
+
+LocalHost::LocalHost(Options options)
+    : options_(std::move(options)),
+      staging_(options_.staging ? options_.staging : std::make_shared<SharedStaging>()) {
+  keep_freed_buffers_for_reuse();
+}
+
+Seconds LocalHost::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+void LocalHost::node_stopped() {
+  std::lock_guard lock(mutex_);
+  ++stopped_;
+  last_stop_ = now();
+  changed_.notify_all();
+}
+
+void LocalHost::fail(const std::string& who, const std::string& text) {
+  std::lock_guard lock(mutex_);
+  if (failure_.empty()) failure_ = who + ": " + text;
+  changed_.notify_all();
+}
+
+double LocalHost::epoch_s() const {
+  return std::chrono::duration<double>(epoch_.time_since_epoch()).count();
+}
+
+bool LocalHost::wait_all_stopped(int nodes, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_until(lock, deadline, [&] { return stopped_ >= nodes || !failure_.empty(); });
+  return stopped_ >= nodes;
+}
+
+bool LocalHost::failed() const {
+  std::lock_guard lock(mutex_);
+  return !failure_.empty();
+}
+
+std::string LocalHost::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+Seconds LocalHost::last_stop() const {
+  std::lock_guard lock(mutex_);
+  return last_stop_;
+}
+
+void LocalHost::record_span(TraceSpan span) {
+  if (!tracing()) return;
+  std::lock_guard lock(mutex_);
+  if (trace_.size() >= options_.trace_max_events) {
+    ++trace_dropped_;
+    return;
+  }
+  trace_.push_back(std::move(span));
+}
+
+void LocalHost::count_message(std::uint64_t wire_bytes) {
+  std::lock_guard lock(mutex_);
+  ++messages_;
+  message_bytes_ += wire_bytes;
+}
+
+void LocalHost::log_line(const std::string& line) {
+  std::lock_guard lock(mutex_);
+  if (options_.log_sink)
+    options_.log_sink(line);
+  else
+    std::cerr << line + "\n";
+}
+
+void LocalHost::fill(RunReport& report) const {
+  std::lock_guard lock(mutex_);
+  report.messages = messages_;
+  report.message_bytes = message_bytes_;
+  report.trace = trace_;
+  report.trace_dropped = trace_dropped_;
+}
+
+// ---------------------------------------------------------------- ThreadExecutor
+
+ThreadExecutor::ThreadExecutor(LoopRuntime& node, std::string name, int lanes, Seconds inline_below_s)
+    : node_(node), name_(std::move(name)), inline_below_s_(inline_below_s) {
+  for (int i = 0; i < std::max(lanes, 1); ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->name = lanes == 1 ? name_ : name_ + "." + std::to_string(i);
+    Lane* raw = lane.get();
+    lane->thread = std::jthread([this, raw](std::stop_token stop) { run_lane(*raw, std::move(stop)); });
+    lanes_.push_back(std::move(lane));
+  }
+}
+
+ThreadExecutor::~ThreadExecutor() {
+  // Ask every lane first so they wind down together; each jthread joins as its Lane goes.
+  for (auto& lane : lanes_) lane->thread.request_stop();
+}
+
+void ThreadExecutor::submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+                            std::function<void()> done) {
+  auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
+  const bool nothing_to_do = cost.seconds <= 0 && cost.flops <= 0 && !work;
+  const bool tiny = inline_below_s_ > 0 && cost.flops <= 0 && cost.seconds < inline_below_s_;
+  {
+    std::lock_guard lock(target.mutex);
+    if (!(nothing_to_do || tiny) || target.busy || !target.tasks.empty()) {
+      target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done)});
+      target.ready.notify_one();
+      return;
+    }
+  }
+  // Every earlier task of this lane has posted its `done`: running this one here and posting its
+  // `done` now keeps the order. A tiny task's modelled cost is less than waking the lane would be.
+  const Seconds start = node_.now();
+  if (work) work();
+  node_.trace_lane(target.name, name_, label, start, work ? node_.now() : start);
+  node_.post(std::move(done));
+}
+
+void ThreadExecutor::run_lane(Lane& lane, std::stop_token stop) {
+  // Modelled costs are microseconds: the default 50 us timer slack would stretch every one of them.
+  prctl(PR_SET_TIMERSLACK, 1000UL);
+  while (true) {
+    Task task;
+    {
+      std::unique_lock lock(lane.mutex);
+      if (!lane.ready.wait(lock, stop, [&] { return !lane.tasks.empty(); })) return;
+      task = std::move(lane.tasks.front());
+      lane.tasks.pop_front();
+      lane.busy = true;
+    }
+    const Seconds start = node_.now();
+    // The modelled duration is slept (interruptibly, so shutdown is prompt). cost.flops is not
+    // modelled in v0: real compute would run inside `work`.
+    if (task.cost.seconds > 0) {
+      std::unique_lock lock(lane.mutex);
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::duration<double>(task.cost.seconds));
+      lane.ready.wait_until(lock, stop, until, [] { return false; });
+      if (stop.stop_requested()) return;
+    }
+    if (task.work) task.work();
+    node_.trace_lane(lane.name, name_, task.label, start, node_.now());
+    node_.post(std::move(task.done));
+    std::lock_guard lock(lane.mutex);
+    lane.busy = false;
+  }
+}
+
+// ---------------------------------------------------------------- LoopRuntime
+
+LoopRuntime::LoopRuntime(LocalHost& host, Options options)
+    : host_(host), options_(std::move(options)), host_name_(this_host_name()) {}
+
+LoopRuntime::~LoopRuntime() = default;
+
+void LoopRuntime::shut_down() {
+  halt();
+  std::lock_guard lock(executors_mutex_);
+  executors_.clear();  // lanes may still run `work` on protocol data: join them first
+}
+
+std::string LoopRuntime::span_name(const MessageHeader& header) {
+  return std::string(command_name(header.command)) + (header.is_response ? " response" : "");
+}
+
+void LoopRuntime::start() {
+  loop_ = std::jthread([this] { run_loop(); });
+}
+
+void LoopRuntime::halt() {
+  halt_.store(true);
+  wake_loop();
+  if (loop_.joinable()) loop_.join();
+}
+
+void LoopRuntime::wake_loop() {
+  if (!wake_pending_.exchange(true)) wake();
+}
+
+void LoopRuntime::run_loop() {
+  loop_id_.store(std::this_thread::get_id());
+  try {
+    protocol_->start();
+    std::deque<std::function<void()>> batch;
+    while (!halt_.load()) {
+      {
+        std::lock_guard lock(mutex_);
+        batch.swap(events_);
+      }
+      for (auto& event : batch) {
+        if (halt_.load()) break;
+        event();
+      }
+      batch.clear();
+      receive();
+      while (!halt_.load()) {
+        std::optional<std::function<void()>> fire;
+        {
+          std::lock_guard lock(mutex_);
+          fire = timers_.pop_due(now());
+        }
+        if (!fire) break;
+        (*fire)();
+      }
+      flush();
+      if (halt_.load()) break;
+
+      // Sleep in the transport until a message, a post (wake()) or the next timer. Clearing the flag
+      // before looking at the queue means a post after the look wakes the loop.
+      wake_pending_.store(false);
+      long timeout_ms = -1;
+      {
+        std::lock_guard lock(mutex_);
+        if (!events_.empty())
+          timeout_ms = 0;
+        else if (!timers_.empty())
+          timeout_ms = std::max(0L, static_cast<long>(std::ceil((timers_.next_deadline() - now()) * 1e3)));
+      }
+      wait(timeout_ms);
+    }
+    flush();  // what the last handler sent (a shutdown ack) still goes out
+  } catch (const std::exception& e) {
+    fail(std::string("uncaught exception: ") + e.what());
+  }
+}
+
+void LoopRuntime::post(std::function<void()> event) {
+  if (!event) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (halt_.load()) return;  // the loop is gone; nothing will run it
+    events_.push_back(std::move(event));
+  }
+  if (!on_loop()) wake_loop();  // the loop itself looks at the queue before it sleeps
+}
+
+void LoopRuntime::connect(NodeId id, std::string_view address) {
+  if (!on_loop()) {
+    post([this, id, to = std::string(address)] { connect(id, to); });
+    return;
+  }
+  peers_[id] = std::string(address);
+  bind_peer(id, std::string(address));
+}
+
+void LoopRuntime::send(Message message) {
+  if (!on_loop()) {  // sequence numbers and sockets belong to the loop
+    post([this, message = std::move(message)]() mutable { send(std::move(message)); });
+    return;
+  }
+  const NodeId to = message.header.recipient;
+  if (!peers_.contains(to)) {
+    fail(options_.label + " has no connection to node " + std::to_string(to) + " (no address known for it)");
+    return;
+  }
+  message.header.sender = self_;
+  message.header.sequence = next_sequence_++;
+  queue(std::move(message));
+}
+
+TimerId LoopRuntime::start_timer(Seconds delay, std::function<void()> fire) {
+  TimerId id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    id = timers_.add(now() + delay, std::move(fire));
+  }
+  if (!on_loop()) wake_loop();
+  return id;
+}
+
+void LoopRuntime::cancel_timer(TimerId id) {
+  std::lock_guard lock(mutex_);
+  timers_.cancel(id);
+}
+
+RandomStream& LoopRuntime::random(std::string_view purpose) {
+  auto it = randoms_.find(purpose);
+  if (it == randoms_.end())
+    it =
+        randoms_.emplace(std::string(purpose), RandomStream(options_.seed, purpose, fnv1a64(address_))).first;
+  return it->second;
+}
+
+void LoopRuntime::compute(std::string_view label, ComputeCost cost, std::function<void()> done) {
+  executor("compute", 1).submit(0, label, cost, {}, std::move(done));
+}
+
+Executor& LoopRuntime::executor(std::string_view name, int lanes) {
+  std::lock_guard lock(executors_mutex_);
+  auto it = executors_.find(name);
+  if (it == executors_.end())
+    it = executors_
+             .emplace(std::string(name), std::make_unique<ThreadExecutor>(*this, std::string(name), lanes,
+                                                                          options_.inline_task_below_s))
+             .first;
+  return *it->second;
+}
+
+void LoopRuntime::trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) {
+  trace_lane("main", category, name, start, end);
+}
+
+void LoopRuntime::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
+                             Seconds start, Seconds end) {
+  if (!host_.tracing()) return;
+  host_.record_span({options_.label, options_.pid, std::string(lane), std::string(category),
+                     std::string(name), start, end});
+}
+
+void LoopRuntime::log(std::string_view text) {
+  std::ostringstream line;
+  line << "[" << now() << " s] " << options_.label << ": " << text;
+  host_.log_line(line.str());
+}
+
+void LoopRuntime::mark_stopped() {
+  halt_.store(true);
+  if (!on_loop()) wake_loop();
+  if (!stopped_flag_.exchange(true)) host_.node_stopped();
+}
+
+void LoopRuntime::stop() {
+  mark_stopped();
+}
+
+void LoopRuntime::fail(std::string text) {
+  host_.fail(options_.label, text);
+  mark_stopped();
+}
+
+std::string LoopRuntime::describe() const {
+  return options_.label + ": " +
+         (stopped_flag_.load() ? std::string("stopped")
+          : protocol_          ? protocol_->describe_state()
+                               : "not started");
+}
+
+}  // namespace pstwin::realnet

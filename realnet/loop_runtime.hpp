@@ -1,0 +1,240 @@
+// What every real-network node runtime shares, whatever moves its bytes (ZeroMQ or FPT's epoll
+// transport): the event loop that owns protocol state (posted events, received messages, timers,
+// queued sends, then a sleep in the transport until I/O, a post or the next timer), executor lanes
+// on threads, per-purpose random streams, tracing and logging, stop and failure. A transport
+// subclass supplies the five hooks at the bottom. Nodes of one process share a LocalHost: staging,
+// run outcome, trace.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/runtime.hpp"
+#include "core/timer_queue.hpp"
+#include "report/run_report.hpp"
+
+namespace pstwin::realnet {
+
+// Host-local staging shared by every node of this process (they are "on one host"): the same name
+// is the same buffer, a new one if the size differs (as sim's HostStaging). Cross-process staging
+// is ShmStaging (realnet/shm_staging.hpp), which `pstwin node` passes in LocalHost::Options.
+class SharedStaging final : public StagingArea {
+ public:
+  std::shared_ptr<ByteBuffer> open(std::string_view name, std::size_t bytes) override;
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<ByteBuffer>, std::less<>> regions_;
+};
+
+// What the nodes of one process share: the clock epoch, staging, the run's outcome (stops and the
+// first failure), trace spans, message counts and a log sink. Every member is thread-safe.
+class LocalHost {
+ public:
+  struct Options {
+    bool trace = false;
+    std::uint64_t trace_max_events = 0;
+    // Receives every log line (already prefixed); null: stderr.
+    std::function<void(std::string_view)> log_sink;
+    // Staging for every node of this process; null: an in-process SharedStaging.
+    std::shared_ptr<StagingArea> staging;
+  };
+  explicit LocalHost(Options options);
+
+  Seconds now() const;
+  // now()'s zero on the steady clock, which every process of this host shares: aligns the traces of
+  // a job's node processes.
+  double epoch_s() const;
+  StagingArea& staging() { return *staging_; }
+
+  void node_stopped();
+  void fail(const std::string& who, const std::string& text);
+  // Waits until `nodes` nodes stopped, a node failed, or `deadline` passed; true if all stopped.
+  bool wait_all_stopped(int nodes, std::chrono::steady_clock::time_point deadline);
+  bool failed() const;
+  std::string failure() const;
+  Seconds last_stop() const;
+
+  bool tracing() const { return options_.trace; }
+  void record_span(TraceSpan span);
+  void count_message(std::uint64_t wire_bytes);
+  void log_line(const std::string& line);
+  void fill(RunReport& report) const;  // messages, trace
+
+ private:
+  const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  Options options_;
+  std::shared_ptr<StagingArea> staging_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  int stopped_ = 0;
+  Seconds last_stop_ = 0;
+  std::string failure_;
+  std::vector<TraceSpan> trace_;
+  std::uint64_t trace_dropped_ = 0;
+  std::uint64_t messages_ = 0;
+  std::uint64_t message_bytes_ = 0;
+};
+
+// The node could not listen: what() is "cannot bind HOST:PORT: <reason>".
+class BindError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How a node runtime is set up, whatever its transport.
+struct NodeRuntimeOptions {
+  std::string label;  // "worker 0": logs and trace
+  int pid = 0;        // trace process id
+  std::uint64_t seed = 0;
+  // "HOST:PORT" to listen on; PORT "*" picks a free one. The bound address is advertised.
+  std::string bind = "127.0.0.1:*";
+  // > 0: on shutdown, send what is queued and wait up to this long for it to leave (a node
+  // process's last reply must reach the scheduler before the process exits). 0: drop it.
+  int linger_ms = 0;
+  // > 0: an executor task with no FLOPs and a modelled cost below this, submitted to an idle lane,
+  // runs at once on the submitting thread (the event loop) instead of waking the lane's thread.
+  Seconds inline_task_below_s = 0;
+};
+
+class LoopRuntime;
+
+// One OS thread and one task FIFO per lane. A task sleeps its modelled cost, runs `work` on the
+// lane, then posts `done` to the node's event loop. A task with no cost and no work (or a tiny one,
+// see NodeRuntimeOptions::inline_task_below_s) submitted to an idle lane runs and posts `done` at
+// once: the same order, without waking the lane's thread.
+class ThreadExecutor final : public Executor {
+ public:
+  ThreadExecutor(LoopRuntime& node, std::string name, int lanes, Seconds inline_below_s = 0);
+  ~ThreadExecutor() override;
+  int lanes() const override { return static_cast<int>(lanes_.size()); }
+  void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+              std::function<void()> done) override;
+
+ private:
+  struct Task {
+    std::string label;
+    ComputeCost cost;
+    std::function<void()> work;
+    std::function<void()> done;
+  };
+  struct Lane {
+    std::string name;
+    std::mutex mutex;
+    std::condition_variable_any ready;
+    std::deque<Task> tasks;
+    bool busy = false;    // a task was taken and its `done` not yet posted
+    std::jthread thread;  // last: joined before the queue it reads is destroyed
+  };
+  void run_lane(Lane& lane, std::stop_token stop);
+
+  LoopRuntime& node_;
+  std::string name_;
+  Seconds inline_below_s_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+class LoopRuntime : public Runtime {
+ public:
+  using Options = NodeRuntimeOptions;
+  ~LoopRuntime() override;
+  LoopRuntime(const LoopRuntime&) = delete;
+  LoopRuntime& operator=(const LoopRuntime&) = delete;
+
+  void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
+  void start();  // starts the event loop, which runs Node::start() first
+  // Ends the event loop and joins it (idempotent); afterwards protocol state may be read here.
+  void halt();
+  bool stopped() const { return stopped_flag_.load(); }
+  std::string describe() const;  // call only after halt()
+  const std::string& label() const { return options_.label; }
+  void post(std::function<void()> event);  // run on the event loop; any thread
+  void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                  Seconds end);
+
+  // Runtime
+  NodeId self() const override { return self_; }
+  void set_self(NodeId id) override { self_ = id; }
+  std::string local_address() const override { return address_; }
+  std::string host_name() const override { return host_name_; }
+  void connect(NodeId id, std::string_view address) override;
+  void send(Message message) override;
+  Seconds now() const override { return host_.now(); }
+  TimerId start_timer(Seconds delay, std::function<void()> fire) override;
+  void cancel_timer(TimerId id) override;
+  RandomStream& random(std::string_view purpose) override;
+  void compute(std::string_view label, ComputeCost cost, std::function<void()> done) override;
+  Executor& executor(std::string_view name, int lanes) override;
+  StagingArea& staging() override { return host_.staging(); }
+  void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
+  void log(std::string_view text) override;
+  void stop() override;
+  void fail(std::string text) override;
+
+ protected:
+  LoopRuntime(LocalHost& host, Options options);
+  // A subclass's destructor calls this first: it ends the loop and joins every executor lane, so
+  // nothing calls a hook while the subclass's transport goes.
+  void shut_down();
+  // The bound address, set by the subclass's constructor.
+  void set_address(std::string address) { address_ = std::move(address); }
+  bool halting() const { return halt_.load(); }
+  // Hands a received message to the protocol (event loop only).
+  void deliver(Message message) { protocol_->on_message(std::move(message)); }
+  static std::string span_name(const MessageHeader& header);
+
+  // Transport hooks, all on the event loop thread except wake().
+  virtual void bind_peer(NodeId id, const std::string& address) = 0;
+  virtual void queue(Message message) = 0;  // sender and sequence filled; leaves in flush()
+  virtual void receive() = 0;               // delivers what arrived since the last wait
+  virtual void flush() = 0;                 // sends what was queued
+  virtual void wait(long timeout_ms) = 0;   // until I/O, wake() or the timeout (-1: none)
+  virtual void wake() = 0;                  // any thread: the loop leaves wait() soon
+
+  LocalHost& host_;
+  const Options options_;
+
+ private:
+  void run_loop();
+  void mark_stopped();
+  bool on_loop() const { return std::this_thread::get_id() == loop_id_.load(); }
+  void wake_loop();
+
+  std::string host_name_;
+  std::string address_;
+  NodeId self_ = kNoNode;
+  std::unique_ptr<Node> protocol_;
+
+  // Event loop state, guarded by mutex_: posted events run FIFO, then received messages, then due
+  // timers in (deadline, id) order, then queued sends go out.
+  std::mutex mutex_;
+  std::atomic<bool> halt_ = false;
+  std::atomic<bool> wake_pending_ = false;  // a wake-up is on its way: others need not send one
+  std::deque<std::function<void()>> events_;
+  TimerQueue timers_;
+  std::atomic<std::thread::id> loop_id_{};
+  std::atomic<bool> stopped_flag_ = false;
+
+  // Touched only on the event loop thread (the protocol's calls).
+  std::uint64_t next_sequence_ = 1;
+  std::map<NodeId, std::string> peers_;
+  std::map<std::string, RandomStream, std::less<>> randoms_;
+
+  std::mutex executors_mutex_;
+  std::map<std::string, std::unique_ptr<ThreadExecutor>, std::less<>> executors_;
+  std::jthread loop_;
+};
+
+}  // namespace pstwin::realnet

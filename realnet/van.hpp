@@ -1,0 +1,27 @@
+// The van: which transport a real node's runtime uses (ps-lite's DMLC_PS_VAN_TYPE). "zmq" is
+// ZeroMQ (ZmqNodeRuntime, the default); "epoll" is FPT's epoll TCP transport with the send pool
+// (EpollNodeRuntime). Both speak the same 64-byte frame but not the same wire protocol: every node
+// of a job must use the same van.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pstwin::realnet {
+
+enum class Van { kZmq, kEpoll };
+
+std::string_view van_name(Van van);
+std::optional<Van> parse_van(std::string_view text);  // "zmq" or "epoll"; nullopt otherwise
+inline constexpr std::string_view kVanChoices = "zmq, epoll";
+
+class LoopRuntime;
+class LocalHost;
+struct NodeRuntimeOptions;
+
+// A node runtime over `van`; binds before returning (throws BindError if it cannot).
+std::unique_ptr<LoopRuntime> make_node_runtime(Van van, LocalHost& host, NodeRuntimeOptions options);
+
+}  // namespace pstwin::realnet

@@ -1,0 +1,261 @@
+// The epoll van (EpollNodeRuntime over FPT's epoll transport) on real sockets over 127.0.0.1: the
+// quickstart job passes every invariant and ends with the simulator's and the ZeroMQ van's model in
+// sync and async mode, in one process and as `pstwin run --van epoll`; a peer closing mid-message
+// fails the node with an error naming the connection; a peer that listens late still gets its
+// messages in order; a bad DMLC_PS_VAN_TYPE is refused naming the variable and the choices.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/codec.hpp"
+#include "realnet/epoll_runtime.hpp"
+#include "realnet/local_run.hpp"
+#include "realnet/node_env.hpp"
+#include "scenario/scenario.hpp"
+#include "sim/simulation.hpp"
+#include "sim_support.hpp"
+
+namespace pstwin {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+Scenario scenario(const std::string& file, std::vector<std::pair<std::string, std::string>> overrides = {}) {
+  overrides.emplace_back("workload.iterations", "3");
+  overrides.emplace_back("output.trace", "false");
+  return load_scenario(PSTWIN_SOURCE_DIR "/scenarios/" + file, overrides);
+}
+
+std::string problems(const RunReport& report) {
+  std::string out = report.failure;
+  for (const auto& v : report.violations) out += "\n" + v.invariant + ": " + v.detail;
+  return out;
+}
+
+realnet::LocalRunOptions over(realnet::Van van) {
+  realnet::LocalRunOptions options;
+  options.van = van;
+  options.timeout_s = 60;
+  return options;
+}
+
+// Sync mode, real payloads, fixed summation order: the same final model whatever moves the bytes.
+TEST(EpollVan, QuickstartSyncEndsWithTheSimulatorsAndZeroMqsModel) {
+  const auto sc = scenario("quickstart.toml");
+  const auto simulated = sim::run_isolated({sc}, 1);  // forks: before this test starts any thread
+  ASSERT_EQ(simulated.size(), 1u);
+  ASSERT_TRUE(simulated[0].ok()) << problems(simulated[0]);
+  const auto epoll = realnet::run_local(sc, over(realnet::Van::kEpoll));
+  ASSERT_TRUE(epoll.ok()) << problems(epoll);
+  EXPECT_EQ(epoll.van, "epoll");
+  EXPECT_EQ(epoll.iterations.size(), 3u);
+  EXPECT_GT(epoll.invariants_checked, 0u);
+  EXPECT_EQ(epoll.violation_count, 0u);
+  EXPECT_FALSE(epoll.model_digest.empty());
+  EXPECT_EQ(epoll.model_digest, simulated[0].model_digest);
+  const auto zmq = realnet::run_local(sc, over(realnet::Van::kZmq));
+  ASSERT_TRUE(zmq.ok()) << problems(zmq);
+  EXPECT_EQ(zmq.van, "zmq");
+  EXPECT_EQ(epoll.model_digest, zmq.model_digest);
+  ASSERT_TRUE(epoll.invariant_tallies.contains("aggregates"));
+  EXPECT_EQ(epoll.invariant_tallies.at("aggregates").checked, zmq.invariant_tallies.at("aggregates").checked);
+}
+
+// Async: pushes applied on arrival, yet every update lands exactly once, so the final stores agree.
+TEST(EpollVan, AsyncQuickstartEndsWithTheSimulatorsFinalModel) {
+  const auto sc = scenario("async_quickstart.toml");
+  const auto simulated = sim::run_isolated({sc}, 1);
+  ASSERT_EQ(simulated.size(), 1u);
+  ASSERT_TRUE(simulated[0].ok()) << problems(simulated[0]);
+  const auto epoll = realnet::run_local(sc, over(realnet::Van::kEpoll));
+  ASSERT_TRUE(epoll.ok()) << problems(epoll);
+  EXPECT_GT(epoll.invariants_checked, 0u);
+  EXPECT_FALSE(epoll.model_digest.empty());
+  EXPECT_EQ(epoll.model_digest, simulated[0].model_digest);
+}
+
+// `pstwin run --van epoll`: one `pstwin node` process per node, each told DMLC_PS_VAN_TYPE=epoll.
+TEST(EpollVan, PstwinRunWithTheEpollVanWritesItsResults) {
+  const auto dir = testing::fresh_dir("epoll-run");
+  const auto sim = testing::run_pstwin("sim scenarios/quickstart.toml -q --set workload.iterations=2 --out " +
+                                       (dir / "sim").string());
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  testing::ChildProcess run({"run", "scenarios/quickstart.toml", "-q", "--van", "epoll", "--set",
+                             "workload.iterations=2", "--out", (dir / "run").string()},
+                            dir / "run.log");
+  ASSERT_EQ(run.wait_until(Clock::now() + 60s), 0) << run.output();
+  const auto results = testing::read_json(dir / "run" / "results.json");
+  EXPECT_EQ(results["van"], "epoll");
+  EXPECT_TRUE(results["completed"].get<bool>());
+  EXPECT_EQ(results["iterations"].size(), 2u);
+  EXPECT_EQ(results["invariants"]["violation_count"], 0);
+  EXPECT_GT(results["invariants"]["checked"].get<std::uint64_t>(), 0u);
+  const std::string digest = testing::read_json(dir / "sim" / "results.json")["model_digest"];
+  EXPECT_FALSE(digest.empty());
+  EXPECT_EQ(results["model_digest"], digest);
+}
+
+TEST(EpollVan, UnknownVanIsBadInput) {
+  const auto run = testing::run_pstwin("run scenarios/quickstart.toml -q --van tcp");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--van"), std::string::npos) << run.output;
+  std::map<std::string, std::string> env{{"DMLC_ROLE", "worker"},       {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                         {"DMLC_PS_ROOT_PORT", "1234"}, {"DMLC_NUM_WORKER", "1"},
+                                         {"DMLC_NUM_SERVER", "1"},      {"DMLC_WORKER_ID", "0"}};
+  EXPECT_EQ(realnet::parse_node_env(env).van, realnet::Van::kZmq);  // the default, as ps-lite
+  env["DMLC_PS_VAN_TYPE"] = "epoll";
+  EXPECT_EQ(realnet::parse_node_env(env).van, realnet::Van::kEpoll);
+  env["DMLC_PS_VAN_TYPE"] = "ibverbs";
+  try {
+    realnet::parse_node_env(env);
+    ADD_FAILURE() << "DMLC_PS_VAN_TYPE=ibverbs was accepted";
+  } catch (const realnet::NodeEnvError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("DMLC_PS_VAN_TYPE=\"ibverbs\""), std::string::npos) << text;
+    EXPECT_NE(text.find("zmq, epoll"), std::string::npos) << text;
+  }
+}
+
+// A protocol stand-in: records what it receives and, at start, sends what it was given.
+class Recorder final : public Node {
+ public:
+  Recorder(Runtime& rt, std::vector<std::pair<NodeId, std::string>> peers, std::vector<Message> to_send)
+      : rt_(rt), peers_(std::move(peers)), to_send_(std::move(to_send)) {}
+  void start() override {
+    for (const auto& [id, address] : peers_) rt_.connect(id, address);
+    for (auto& message : to_send_) rt_.send(std::move(message));
+  }
+  void on_message(Message message) override {
+    std::lock_guard lock(mutex_);
+    received_.push_back(std::move(message));
+  }
+  std::string describe_state() const override { return "recording"; }
+  std::vector<Message> received() const {
+    std::lock_guard lock(mutex_);
+    return received_;
+  }
+
+ private:
+  Runtime& rt_;
+  std::vector<std::pair<NodeId, std::string>> peers_;
+  std::vector<Message> to_send_;
+  mutable std::mutex mutex_;
+  std::vector<Message> received_;
+};
+
+realnet::NodeRuntimeOptions labelled(std::string label, std::string bind = "127.0.0.1:*") {
+  realnet::NodeRuntimeOptions options;
+  options.label = std::move(label);
+  options.bind = std::move(bind);
+  return options;
+}
+
+// A push of `bytes` bytes whose byte i is (i + key) mod 256.
+Message numbered(NodeId to, std::uint64_t key, std::uint64_t bytes) {
+  std::vector<std::byte> body(bytes);
+  std::ranges::generate(body, [i = key]() mutable { return static_cast<std::byte>(i++ & 0xFF); });
+  return Message{MessageHeader{.recipient = to, .command = Command::kPush, .key = key},
+                 Payload::copy_of(body)};
+}
+
+// A port nothing listens on (bound once, then released).
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), length), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// A node sends before its peer's process listens (as workers may start before the scheduler under
+// `pstwin run`): the messages wait, in order, until the connection opens.
+TEST(EpollVan, MessagesToAPeerThatListensLateArriveInOrder) {
+  realnet::LocalHost host({});
+  const std::string late_address = "127.0.0.1:" + std::to_string(free_port());
+  constexpr int kMessages = 50;
+  std::vector<Message> to_send;
+  for (int i = 0; i < kMessages; ++i) to_send.push_back(numbered(9, static_cast<std::uint64_t>(i), 3000));
+  realnet::EpollNodeRuntime sender(host, labelled("sender"));
+  sender.attach(std::make_unique<Recorder>(
+      sender, std::vector<std::pair<NodeId, std::string>>{{9, late_address}}, std::move(to_send)));
+  sender.start();
+  std::this_thread::sleep_for(100ms);  // at least one refused connection attempt
+  realnet::EpollNodeRuntime receiver(host, labelled("receiver", late_address));
+  receiver.set_self(9);
+  auto recorder = std::make_unique<Recorder>(receiver, std::vector<std::pair<NodeId, std::string>>{},
+                                             std::vector<Message>{});
+  const Recorder& received = *recorder;
+  receiver.attach(std::move(recorder));
+  receiver.start();
+  const auto deadline = Clock::now() + 20s;
+  while (received.received().size() < kMessages && Clock::now() < deadline && !host.failed())
+    std::this_thread::sleep_for(5ms);
+  EXPECT_FALSE(host.failed()) << host.failure();
+  const auto messages = received.received();
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(kMessages));
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_EQ(messages[static_cast<std::size_t>(i)].header.key, static_cast<std::uint64_t>(i));
+    const auto bytes = messages[static_cast<std::size_t>(i)].payload.bytes();
+    ASSERT_EQ(bytes.size(), 3000u);
+    EXPECT_EQ(bytes[100], static_cast<std::byte>((100 + i) & 0xFF));
+  }
+}
+
+// A peer that closes in the middle of a message fails the node, naming the connection and where the
+// frame stopped; the node stops instead of waiting for the rest.
+TEST(EpollVan, PeerClosingMidMessageFailsTheNodeNamingThePeer) {
+  realnet::LocalHost host({});
+  realnet::EpollNodeRuntime node(host, labelled("server 0"));
+  node.set_self(9);
+  node.attach(std::make_unique<Recorder>(node, std::vector<std::pair<NodeId, std::string>>{},
+                                         std::vector<Message>{}));
+  node.start();
+
+  const auto address = node.local_address();
+  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  Message message = numbered(9, 77, 1000);
+  message.header.sender = 11;
+  const auto header = encode_header(message.header, message.payload, /*compute_crc=*/true);
+  ASSERT_EQ(::send(fd, header.data(), header.size(), 0), static_cast<ssize_t>(header.size()));
+  ASSERT_EQ(::send(fd, message.payload.bytes().data(), 10, 0), 10);
+  ::close(fd);
+
+  EXPECT_TRUE(host.wait_all_stopped(1, Clock::now() + 20s));
+  ASSERT_TRUE(host.failed());
+  const std::string failure = host.failure();
+  EXPECT_NE(failure.find("server 0"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("connection from 127.0.0.1:"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("(node 11)"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("mid-frame, after 10 of 1000 payload bytes of key 77"), std::string::npos)
+      << failure;
+  node.halt();
+  EXPECT_EQ(node.transport_errors(), 1u);
+}
+
+}  // namespace
+}  // namespace pstwin
