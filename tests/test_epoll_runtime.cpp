@@ -74,6 +74,11 @@ TEST(EpollVan, QuickstartSyncEndsWithTheSimulatorsAndZeroMqsModel) {
   EXPECT_EQ(epoll.model_digest, zmq.model_digest);
   ASSERT_TRUE(epoll.invariant_tallies.contains("aggregates"));
   EXPECT_EQ(epoll.invariant_tallies.at("aggregates").checked, zmq.invariant_tallies.at("aggregates").checked);
+  // The fused push_pull (one request, the reply carries the aggregate) ends with the same model.
+  const auto fused = realnet::run_local(scenario("quickstart.toml", {{"ps.push_pull", "fused"}}),
+                                        over(realnet::Van::kEpoll));
+  ASSERT_TRUE(fused.ok()) << problems(fused);
+  EXPECT_EQ(fused.model_digest, simulated[0].model_digest);
 }
 
 // Async: pushes applied on arrival, yet every update lands exactly once, so the final stores agree.
