@@ -100,8 +100,9 @@ TEST(Run, SameModelDigestAsSim) {
   EXPECT_EQ(results(dir.path() / "run")["model_digest"], digest);
 }
 
-// The fused push_pull path across processes: the same final model as the simulator's default path.
-TEST(Run, FusedPushPullGivesTheSimulatorsModel) {
+// The fused push_pull path and layer-wise compute across processes: the same final model as the
+// simulator's default path.
+TEST(Run, FusedPushPullAndLayerwiseComputeGiveTheSimulatorsModel) {
   TempDir dir("fused");
   Pstwin sim({"sim", "scenarios/quickstart.toml", "-q", "--set", "workload.iterations=2", "--out",
               (dir.path() / "sim").string()},
@@ -114,6 +115,15 @@ TEST(Run, FusedPushPullGivesTheSimulatorsModel) {
   const auto r = results(dir.path() / "run");
   EXPECT_EQ(r["invariants"]["violation_count"], 0);
   EXPECT_EQ(r["model_digest"], results(dir.path() / "sim")["model_digest"]);
+  // Layer-wise compute with priorities off: tasks per tensor on the lane threads, pushes in staging order.
+  Pstwin layered(
+      run_args("scenarios/quickstart.toml", dir.path() / "layered",
+               {"workload.iterations=2", "workload.layerwise=true", "ps.priority_scheduling=false"}),
+      dir.path() / "layered.log");
+  ASSERT_EQ(layered.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << layered.output();
+  const auto l = results(dir.path() / "layered");
+  EXPECT_EQ(l["invariants"]["violation_count"], 0);
+  EXPECT_EQ(l["model_digest"], results(dir.path() / "sim")["model_digest"]);
 }
 
 // Async mode across processes: pushes applied on arrival, yet every update lands exactly once, so the

@@ -694,6 +694,9 @@ TEST(Scenario, CrossFieldValidation) {
                    "only applies with workload.model_bytes");
   EXPECT_ERROR_HAS(error_of("[workload]\nmodel_bytes = 8\ntensors = 3\n"), "workload.model_bytes = 8",
                    "too small", "at least 12");
+  EXPECT_ERROR_HAS(error_of("[workload]\nlayerwise = true\nforward_share = 1\n"),
+                   "workload.forward_share = 1", "between 0 and 1");
+  EXPECT_NO_THROW(parse("[workload]\nforward_share = 1\n"));  // only read in layerwise mode
   const Scenario s = parse("[workload]\nmodel_bytes = \"1MB\"\ntensors = 4\n");
   EXPECT_EQ(s.declared_tensor_bytes(), (std::vector<std::uint64_t>(4, 250000)));
 

@@ -108,6 +108,43 @@ TEST(Sim, FusedPushPullReachesTheSameModelWithHalfTheDataMessages) {
   }
 }
 
+// workload.layerwise + ps.priority_scheduling (ByteScheduler's overlap): the next forward pass starts
+// once the first tensors are back, and tensor 0, pushed last by the backward pass, overtakes the
+// later tensors still queued. Each one must shorten the iteration; neither may change the model.
+TEST(Sim, LayerwiseOverlapAndTensorPrioritiesShortenTheIteration) {
+  const auto mean_of = [](const std::string& sets) {
+    const auto dir = fresh_dir("layerwise");
+    const auto run =
+        run_pstwin("sim scenarios/priority_layerwise.toml -q " + sets + " --out " + dir.string());
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    const auto r = read_json(dir / "results.json");
+    EXPECT_EQ(r["invariants"]["violation_count"], 0);
+    return r["mean_iteration_s"].get<double>();
+  };
+  const double both = mean_of("");
+  const double fifo = mean_of("--set ps.priority_scheduling=false");
+  const double neither = mean_of("--set workload.layerwise=false --set ps.priority_scheduling=false");
+  // Compute then push everything: compute (150 ms) plus the whole exchange, whatever the order.
+  EXPECT_DOUBLE_EQ(mean_of("--set workload.layerwise=false"), neither);
+  EXPECT_GT(neither, 0.15);
+  EXPECT_LT(fifo, 0.9 * neither);
+  EXPECT_LT(both, 0.95 * fifo);
+
+  for (const char* file : {"scenarios/quickstart.toml", "scenarios/mlp_quick.toml"}) {
+    SCOPED_TRACE(file);
+    const auto plain = fresh_dir("lw-plain"), layered = fresh_dir("lw-layered");
+    const std::string common = std::string("sim ") + file + " -q --set workload.iterations=20";
+    const auto a = run_pstwin(common + " --out " + plain.string());
+    const auto b = run_pstwin(common + " --set workload.layerwise=true --out " + layered.string());
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    const auto ra = read_json(plain / "results.json"), rb = read_json(layered / "results.json");
+    EXPECT_EQ(ra["model_digest"], rb["model_digest"]);
+    EXPECT_EQ(rb["invariants"]["violation_count"], 0);
+    EXPECT_LT(rb["mean_iteration_s"].get<double>(), ra["mean_iteration_s"].get<double>());
+  }
+}
+
 TEST(Sim, CrossedLineFoundWithin20SeedsAndReplayedExactly) {
   const auto dir = fresh_dir("crossed-found");
   const auto explore = run_pstwin(

@@ -22,25 +22,97 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
     params_.assign(initial.begin(), initial.end());
     grad_.assign(initial.size(), 0.0f);
   }
+  if (scenario_.workload.layerwise) {
+    for (const auto& partition : workload_.partitions()) {
+      const auto tensor = static_cast<std::size_t>(partition.tensor);
+      if (tensor >= tensor_parts_.size()) tensor_parts_.resize(tensor + 1);
+      tensor_parts_[tensor].push_back(&partition);
+    }
+    tensor_pulls_left_.assign(tensor_parts_.size(), 0);
+    std::vector<double> bytes(tensor_parts_.size(), 0);
+    for (const auto& partition : workload_.partitions())
+      bytes[static_cast<std::size_t>(partition.tensor)] += static_cast<double>(partition.bytes);
+    const double total = static_cast<double>(workload_.model_bytes());
+    for (double b : bytes) tensor_share_.push_back(total > 0 ? b / total : 0);
+  }
 }
 
 void Worker::on_ready() {
   training_start_ = rt_.now();
   snapshot_model();
+  if (!tensor_parts_.empty()) {
+    iteration_start_ = rt_.now();
+    start_layerwise_compute();
+    return;
+  }
   start_iteration();
 }
 
-void Worker::start_iteration() {
-  iteration_start_ = rt_.now();
-  // Training: the simulator charges the step's FLOPs at the host's speed and the real backend
-  // ignores them; both run the real step in `work`, which owns params_ and grad_ until `done`.
+// Training: the simulator charges the step's FLOPs at the host's speed and the real backend
+// ignores them; both run the real step in a task's `work`, which owns params_ and grad_ until `done`.
+ComputeCost Worker::iteration_cost() {
   ComputeCost cost{training_ ? 0 : scenario_.workload.compute_s,
                    training_ ? gradients_->flops_per_step() : 0};
   if (scenario_.perturbation.compute_jitter_s > 0)
     cost.seconds += rt_.random("worker.compute_jitter").uniform(0, scenario_.perturbation.compute_jitter_s);
+  return cost;
+}
+
+void Worker::start_layerwise_compute() {
+  layer_cost_ = iteration_cost();
+  next_forward_ = 0;
+  try_forward();
+}
+
+// Forward of tensor t needs t's pull of the previous iteration (a tensor's layer computes with its
+// own parameters only); the real gradient step runs with the last forward, when all are in.
+void Worker::try_forward() {
+  if (forwarding_ || next_forward_ >= tensor_parts_.size() || tensor_pulls_left_[next_forward_] > 0) return;
+  forwarding_ = true;
+  const double share = scenario_.workload.forward_share * tensor_share_[next_forward_];
+  const bool last = next_forward_ + 1 == tensor_parts_.size();
+  std::function<void()> work;
+  if (training_ && last) work = [this] { gradients_->step(params_, grad_); };
+  compute_stage_.submit(0, "forward", {layer_cost_.seconds * share, layer_cost_.flops * share},
+                        std::move(work), [this, last] {
+                          forwarding_ = false;
+                          ++next_forward_;
+                          if (!last) {
+                            try_forward();
+                            return;
+                          }
+                          pulls_outstanding_ = workload_.partitions().size();
+                          pushes_unacked_ = workload_.partitions().size();
+                          run_backward(static_cast<int>(tensor_parts_.size()) - 1);
+                        });
+}
+
+void Worker::run_backward(int tensor) {
+  const double share =
+      (1 - scenario_.workload.forward_share) * tensor_share_[static_cast<std::size_t>(tensor)];
+  compute_stage_.submit(0, "backward", {layer_cost_.seconds * share, layer_cost_.flops * share}, {},
+                        [this, tensor] {
+                          stage_tensor(tensor);
+                          if (tensor > 0) {
+                            run_backward(tensor - 1);
+                            return;
+                          }
+                          if (static_cast<int>(++compute_iteration_) < scenario_.workload.iterations)
+                            start_layerwise_compute();
+                        });
+}
+
+void Worker::stage_tensor(int tensor) {
+  const auto& parts = tensor_parts_[static_cast<std::size_t>(tensor)];
+  tensor_pulls_left_[static_cast<std::size_t>(tensor)] = parts.size();
+  for (const auto* partition : parts) stage_and_push(*partition);
+}
+
+void Worker::start_iteration() {
+  iteration_start_ = rt_.now();
   std::function<void()> work;
   if (training_) work = [this] { gradients_->step(params_, grad_); };
-  compute_stage_.submit(0, "compute", cost, std::move(work), [this] {
+  compute_stage_.submit(0, "compute", iteration_cost(), std::move(work), [this] {
     pulls_outstanding_ = workload_.partitions().size();
     pushes_unacked_ = workload_.partitions().size();
     for (const auto& partition : workload_.partitions()) stage_and_push(partition);
@@ -107,7 +179,7 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
 }
 
 void Worker::ready_to_push(const PartitionSpec& partition, Payload payload) {
-  ready_.emplace(std::make_pair(-partition.priority, partition.key),
+  ready_.emplace(std::make_pair(-partition.priority, staged_sequence_++),
                  std::make_pair(&partition, std::move(payload)));
   dispatch_pushes();
 }
@@ -190,15 +262,31 @@ void Worker::on_pull_response(Message message) {
     std::copy(values.begin(), values.end(),
               params_.begin() + static_cast<std::ptrdiff_t>(element_offset(partition)));
   }
-  if (--pulls_outstanding_ > 0) return;
+  if (!tensor_parts_.empty()) {
+    const auto tensor = static_cast<std::size_t>(workload_.partition(message.header.key).tensor);
+    if (--tensor_pulls_left_[tensor] == 0 && tensor == next_forward_) {
+      if (--pulls_outstanding_ == 0) on_model_received();
+      try_forward();
+      return;
+    }
+  }
+  if (--pulls_outstanding_ == 0) on_model_received();
+}
+
+// The whole model of iteration_ is in. An iteration's time runs from the previous one's model to
+// this (in layerwise mode the next forward may already be running).
+void Worker::on_model_received() {
   observer_.iteration_done(rank_, iteration_, iteration_start_, rt_.now());
   ++iteration_;
   snapshot_model();
-  if (static_cast<int>(iteration_) < scenario_.workload.iterations) {
-    start_iteration();
+  if (static_cast<int>(iteration_) >= scenario_.workload.iterations) {
+    send_to(kSchedulerId, Command::kWorkerDone, MessageHeader{});
     return;
   }
-  send_to(kSchedulerId, Command::kWorkerDone, MessageHeader{});
+  if (tensor_parts_.empty())
+    start_iteration();
+  else
+    iteration_start_ = rt_.now();
 }
 
 std::string Worker::describe_app_state() const {

@@ -31,6 +31,13 @@ class Worker final : public PsNode {
   std::string describe_app_state() const override;
 
   void start_iteration();
+  ComputeCost iteration_cost();
+  // workload.layerwise: the per-tensor forward/backward chain on the compute lane.
+  void start_layerwise_compute();
+  void try_forward();
+  void run_backward(int tensor);
+  void stage_tensor(int tensor);
+  void on_model_received();
   void stage_and_push(const PartitionSpec& partition);
   void ready_to_push(const PartitionSpec& partition, Payload payload);
   void dispatch_pushes();
@@ -54,12 +61,23 @@ class Worker final : public PsNode {
   Executor& push_stage_;
   std::map<std::uint64_t, std::shared_ptr<ByteBuffer>> staging_;  // key -> mapped staging region
   std::uint32_t iteration_ = 0;
+  // workload.layerwise only: tensor t's partitions in push order, its pulls not yet in, its share of
+  // the compute, and where the chain is (the iteration computing and the next tensor to forward).
+  std::vector<std::vector<const PartitionSpec*>> tensor_parts_;
+  std::vector<std::size_t> tensor_pulls_left_;
+  std::vector<double> tensor_share_;
+  ComputeCost layer_cost_;  // the whole iteration's, drawn when its forward starts
+  std::uint32_t compute_iteration_ = 0;
+  std::size_t next_forward_ = 0;
+  bool forwarding_ = false;
   Seconds iteration_start_ = 0;
   std::size_t pulls_outstanding_ = 0;
   std::size_t pushes_unacked_ = 0;
   // Staged partitions waiting for credit, highest priority first (ByteScheduler's credit-based
   // preemption): bounding bytes in flight keeps pull requests from queueing behind the whole model.
+  // Equal priorities leave in staging order (a sequence number, never the key).
   std::map<std::pair<std::int32_t, std::uint64_t>, std::pair<const PartitionSpec*, Payload>> ready_;
+  std::uint64_t staged_sequence_ = 0;
   int in_flight_ = 0;
 };
 

@@ -13,6 +13,8 @@ SyntheticWorkload::SyntheticWorkload(const Scenario& scenario)
   model_bytes_ = std::accumulate(tensors.begin(), tensors.end(), std::uint64_t{0});
   partitions_ =
       partition_tensors(tensors, scenario.ps.partition_bytes, scenario.roles.servers, scenario.ps.key_hash);
+  if (!scenario.ps.priority_scheduling)
+    for (auto& partition : partitions_) partition.priority = 0;
   index_by_key_order_.resize(partitions_.size());
   std::iota(index_by_key_order_.begin(), index_by_key_order_.end(), std::size_t{0});
   std::sort(index_by_key_order_.begin(), index_by_key_order_.end(),

@@ -720,6 +720,10 @@ std::vector<Field> make_registry() {
                  "Partitions a worker may have pushed and not yet acknowledged (BYTEPS_SCHEDULING_CREDIT); "
                  "0: no limit, so pull requests queue behind every remaining push."));
   f.push_back(make_field(
+      "ps.priority_scheduling", PSTWIN_MEMBER(ps.priority_scheduling), BoolCodec{},
+      "Earlier tensors first (BytePS/ByteScheduler priorities: tensor t has priority -t) in the worker's "
+      "credit queue and on the wire; false: one priority, pushes leave in the order they were staged."));
+  f.push_back(make_field(
       "ps.push_pull", PSTWIN_MEMBER(ps.push_pull), EnumCodec<PushPullMode>{kPushPullNames},
       "`separate`: push, then pull once the push is acknowledged (BytePS); `fused`: one push_pull request "
       "whose reply carries the aggregate (ps-lite's ZPushPull): one round trip per partition instead of "
@@ -744,6 +748,14 @@ std::vector<Field> make_registry() {
                          "Compute time per iteration, before pushing."));
   f.push_back(make_field("workload.iterations", PSTWIN_MEMBER(workload.iterations), IntCodec{1},
                          "Training iterations."));
+  f.push_back(make_field(
+      "workload.layerwise", PSTWIN_MEMBER(workload.layerwise), BoolCodec{},
+      "Split each iteration's compute per tensor (shares by bytes): forward of tensor t starts once its "
+      "pull is in, so the next iteration begins before the whole model arrives; backward runs in reverse "
+      "and each tensor is pushed as soon as its backward ends. false: compute, then push everything."));
+  f.push_back(make_field("workload.forward_share", PSTWIN_MEMBER(workload.forward_share), RealCodec{0},
+                         "With workload.layerwise: the forward pass's share of an iteration's compute, in "
+                         "(0, 1); the rest is the backward pass."));
   f.push_back(make_field("workload.payload", PSTWIN_MEMBER(workload.payload),
                          EnumCodec<PayloadMode>{kPayloadNames},
                          "`real`: messages carry float32 data that servers really sum; `phantom`: messages "
@@ -1172,6 +1184,8 @@ class Validator {
                                        std::to_string(4 * static_cast<std::uint64_t>(w.tensors)) +
                                        " or lower workload.tensors");
     }
+    if (w.layerwise && !(w.forward_share > 0 && w.forward_share < 1))
+      fail("workload.forward_share", "must be between 0 and 1 (exclusive), e.g. 0.33");
     if (!has_list && !has_model) {
       if (w.tensors != 0) {
         fail("workload.tensors",

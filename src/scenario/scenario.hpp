@@ -57,7 +57,9 @@ struct PsConfig {
   KeyHash key_hash = KeyHash::kDjb2;        // BYTEPS_KEY_HASH_FN
   int server_engine_threads = 4;            // BYTEPS_SERVER_ENGINE_THREAD
   int scheduling_credit = 4;  // BYTEPS_SCHEDULING_CREDIT: partitions in flight per worker, 0 = no limit
-  PushPullMode push_pull = PushPullMode::kSeparate;  // fused: one request, the reply carries the aggregate
+  PushPullMode push_pull = PushPullMode::kSeparate;
+  bool priority_scheduling = true;  // false: every partition priority 0, pushed in the order staged  //
+                                    // fused: one request, the reply carries the aggregate
   double heartbeat_interval_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double connect_timeout_s = 10.0;  // how long a node waits for the scheduler's node table
@@ -72,6 +74,10 @@ struct WorkloadConfig {
   int iterations = 5;
   PayloadMode payload = PayloadMode::kReal;
   double sum_bandwidth_Bps = 5e9;  // server float32 summation speed (cost model)
+  // Compute per layer: forward of layer l once its pull is in, backward in reverse with each layer's
+  // pushes released as its backward ends (wait-free backprop, ByteScheduler's overlap).
+  bool layerwise = false;
+  double forward_share = 1.0 / 3;  // of an iteration's compute, the rest is backward
 };
 
 // workload.kind = "mlp": a real MLP trained on Fashion-MNIST through the parameter server.
