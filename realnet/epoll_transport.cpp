@@ -31,6 +31,7 @@ constexpr std::size_t kBatchMessages = 64;           // messages taken from the 
 constexpr std::uint64_t kBatchBytes = 4 << 20;       // ... and bytes
 constexpr std::size_t kMaxIov = 128;                 // iovecs per sendmsg
 constexpr int kMaxEvents = 64;
+constexpr std::uint64_t kPooledFromBytes = 16 * 1024;  // smaller payloads come from malloc's caches
 
 std::string errno_text(int error) {
   return std::strerror(error);
@@ -56,7 +57,7 @@ void set_int_option(int fd, int level, int name, int value) {
 }
 
 // One payload buffer per frame, not zeroed first (every byte is about to be read into it).
-std::shared_ptr<ByteBuffer> receive_buffer(std::uint64_t size) {
+std::shared_ptr<ByteBuffer> fresh_buffer(std::uint64_t size) {
   const std::size_t padded = (static_cast<std::size_t>(size) + 63) / 64 * 64;
   void* raw = std::aligned_alloc(64, padded);
   if (raw == nullptr) throw std::bad_alloc();
@@ -109,7 +110,11 @@ struct EpollTransport::InConnection {
 };
 
 EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks)
-    : self_(self), options_(std::move(options)), callbacks_(std::move(callbacks)), pool_(options_.pool) {
+    : self_(self),
+      options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      pool_(options_.pool),
+      buffers_(BufferPool::create(options_.buffer_pool_bytes)) {
   if (auto error = fpt::SendPool::validate(options_.pool)) throw std::runtime_error("pool: " + *error);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -481,7 +486,8 @@ bool EpollTransport::finish_header(InConnection& c) {
   c.header_have = 0;
   if (phantom || header.payload_length == 0) return deliver(c);
   c.in_body = true;
-  c.body = receive_buffer(header.payload_length);
+  c.body = header.payload_length >= kPooledFromBytes ? buffers_->take(header.payload_length)
+                                                     : fresh_buffer(header.payload_length);
   c.body_have = 0;
   return true;
 }

@@ -29,6 +29,7 @@
 #include "core/codec.hpp"
 #include "core/message.hpp"
 #include "fpt/send_pool.hpp"
+#include "realnet/buffer_pool.hpp"
 
 namespace pstwin::realnet {
 
@@ -67,6 +68,8 @@ class EpollTransport {
     int notsent_lowat = 128 * 1024;       // TCP_NOTSENT_LOWAT of every outgoing connection
     std::uint64_t read_budget = 1 << 20;  // bytes per readable socket per receive-loop turn
     bool payload_crc = true;              // CRC-32 of payloads, sent and checked (both ends must agree)
+    // Idle receive buffers kept for reuse (payloads of 16 KiB and more; realnet/buffer_pool.hpp).
+    std::uint64_t buffer_pool_bytes = 64ull << 20;
     DecodeLimits limits;
     fpt::SendPoolOptions pool;
     // false: start no thread; the owner calls poll(), pump() and drain() from one thread of its own,
@@ -101,6 +104,7 @@ class EpollTransport {
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
                                                        std::span<const fpt::DestinationWeight> weights);
   fpt::DestinationStats stats(NodeId peer) const;
+  std::uint64_t reused_buffers() const { return buffers_->reused(); }
 
   // Without own threads: waits up to `timeout_ms` (-1: no limit, 0: not at all) for a readable
   // socket, a writable blocked one or wake(), and handles what is ready: frames are delivered to
@@ -152,6 +156,7 @@ class EpollTransport {
 
   mutable std::mutex mutex_;  // guards pool_, out_ (the map), stopped_
   fpt::SendPool pool_;
+  std::shared_ptr<BufferPool> buffers_;  // thread-safe; outlives us while payloads hold its buffers
   std::map<NodeId, std::unique_ptr<OutConnection>> out_;
   std::map<int, OutConnection*> out_by_fd_;  // the same connections, by socket
   bool stopped_ = false;

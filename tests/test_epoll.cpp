@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "realnet/buffer_pool.hpp"
 #include "realnet/epoll_transport.hpp"
 
 namespace pstwin::realnet {
@@ -260,6 +261,59 @@ TEST(EpollTransport, StopWhileTrafficFlowsJoinsCleanly) {
     b.reset();
     a.reset();
   }
+}
+
+// Received payloads of 16 KiB and more reuse the buffers of payloads the receiver let go.
+TEST(EpollTransport, ReceiveBuffersAreReusedOnceReleased) {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  int intact = 0;
+  int received = 0;
+  EpollTransport::Callbacks drop_after_check{[&](Message m) {  // the payload goes when this returns
+                                               std::lock_guard lock(mutex);
+                                               intact += pattern_ok(m) ? 1 : 0;
+                                               ++received;
+                                               arrived.notify_all();
+                                             },
+                                             {}};
+  Inbox a_in;
+  EpollTransport a(2, EpollTransport::Options{}, a_in.callbacks());
+  EpollTransport b(3, EpollTransport::Options{}, drop_after_check);
+  ASSERT_FALSE(a.connect(3, "127.0.0.1", b.port()).has_value());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_FALSE(a.send(3, make(static_cast<std::uint64_t>(i), 100000)).has_value());
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(arrived.wait_for(lock, 20s, [&] { return received == i; }));
+  }
+  EXPECT_EQ(intact, 3);
+  EXPECT_EQ(b.reused_buffers(), 2u);  // the second and third frames reused the first one's buffer
+}
+
+TEST(BufferPool, ReusesReleasedBuffersUpToItsCap) {
+  auto pool = BufferPool::create(300 * 1024);
+  const std::byte* first = nullptr;
+  {
+    auto buffer = pool->take(200 * 1024);
+    first = buffer->data();
+    EXPECT_EQ(buffer->size(), 200u * 1024);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
+  }
+  EXPECT_EQ(pool->cached_bytes(), 200u * 1024);
+  auto again = pool->take(200 * 1024 - 10);  // rounds to the same 4 KiB capacity
+  EXPECT_EQ(again->data(), first);
+  EXPECT_EQ(pool->reused(), 1u);
+  EXPECT_EQ(pool->cached_bytes(), 0u);
+  {
+    auto other = pool->take(200 * 1024);  // a fresh one: the cached buffer is in use
+    EXPECT_NE(other->data(), first);
+  }
+  again.reset();  // over the cap: freed, not cached
+  EXPECT_EQ(pool->cached_bytes(), 200u * 1024);
+  // Buffers outlive the last outside reference to the pool.
+  auto late = pool->take(4096);
+  pool.reset();
+  late->data()[0] = std::byte{1};
+  late.reset();
 }
 
 }  // namespace
