@@ -2,7 +2,8 @@
 //  - The receive thread waits in level-triggered epoll on the listening socket and every accepted
 //    connection; each readable socket gets at most `read_budget` bytes per turn, so one busy peer
 //    cannot starve the rest. Frames are the ZeroMQ backend's: the 64-byte header of core/codec.hpp,
-//    then the payload, read straight into the message's own buffer (one allocation per frame).
+//    then the payload, read straight into the message's own buffer (payloads of 16 KiB and more
+//    reuse released buffers: realnet/buffer_pool.hpp).
 //  - The send thread drains an fpt::SendPool (control first, DRR across peers, priority then order
 //    within a peer) and writes header + payload with one sendmsg per batch, never copying a payload.
 //    It sleeps in epoll on an eventfd (woken by send()) and the sockets that are full.
