@@ -225,6 +225,45 @@ TEST(EpollVan, MessagesToAPeerThatListensLateArriveInOrder) {
   }
 }
 
+std::size_t open_fds() {
+  return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                                std::filesystem::directory_iterator()));
+}
+
+// Two nodes exchange traffic (and start executor lanes), then go: every socket, epoll set and eventfd
+// they opened is closed again, and every thread joined (the destructors return).
+TEST(EpollVan, StoppedNodesLeaveNoFileDescriptorOpen) {
+  const std::size_t before = open_fds();
+  {
+    realnet::LocalHost host({});
+    auto receiver = std::make_unique<realnet::EpollNodeRuntime>(host, labelled("receiver"));
+    receiver->set_self(9);
+    auto recorder = std::make_unique<Recorder>(*receiver, std::vector<std::pair<NodeId, std::string>>{},
+                                               std::vector<Message>{});
+    const Recorder& received = *recorder;
+    receiver->attach(std::move(recorder));
+    receiver->start();
+    std::vector<Message> to_send;
+    for (int i = 0; i < 20; ++i) to_send.push_back(numbered(9, static_cast<std::uint64_t>(i), 40000));
+    auto sender = std::make_unique<realnet::EpollNodeRuntime>(host, labelled("sender"));
+    sender->attach(std::make_unique<Recorder>(
+        *sender, std::vector<std::pair<NodeId, std::string>>{{9, receiver->local_address()}},
+        std::move(to_send)));
+    sender->executor("engine", 2)
+        .submit(
+            1, "task", {}, [] {}, [] {});
+    sender->start();
+    const auto deadline = Clock::now() + 20s;
+    while (received.received().size() < 20 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    EXPECT_EQ(received.received().size(), 20u);
+    EXPECT_GT(open_fds(), before);
+    sender.reset();
+    receiver.reset();
+    EXPECT_FALSE(host.failed()) << host.failure();  // the receiver saw the sender close between frames
+  }
+  EXPECT_EQ(open_fds(), before);
+}
+
 // A peer that closes in the middle of a message fails the node, naming the connection and where the
 // frame stopped; the node stops instead of waiting for the rest.
 TEST(EpollVan, PeerClosingMidMessageFailsTheNodeNamingThePeer) {
