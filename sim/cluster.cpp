@@ -385,6 +385,7 @@ void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t byte
   if (from.host_name() == to.host_name()) return;  // loopback: no NIC involved
   link_bytes_[from.host_name() + ".up"] += bytes;
   link_bytes_[to.host_name() + ".down"] += bytes;
+  if (platform_.has_switch) link_bytes_["switch"] += bytes;
   if (!platform_.rack_of.empty()) {
     const int from_rack = platform_.rack_of.at(from.host_name());
     const int to_rack = platform_.rack_of.at(to.host_name());

@@ -33,15 +33,19 @@ LinkSpec link_for(const Scenario& sc, const std::string& host) {
   return {sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
 }
 
-s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& name, Platform& platform) {
+// `backbone` (may be null): a link every message to or from this host's NIC also crosses; SimGrid's
+// star zone keeps it once per route.
+s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& name, Platform& platform,
+                    s4u::Link* backbone = nullptr) {
   const double loopback_latency = kLoopbackOneWay / platform.latency_factor;
   auto* host =
       zone->create_host(name, sc.cluster.host_speed_flops)->set_core_count(sc.cluster.host_cores)->seal();
   const LinkSpec spec = link_for(sc, name);
   auto* nic =
       zone->create_split_duplex_link(name + ".nic", spec.bandwidth_Bps)->set_latency(spec.latency_s)->seal();
-  zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                  {s4u::LinkInRoute(nic, s4u::LinkInRoute::Direction::UP)}, true);
+  std::vector<s4u::LinkInRoute> route{s4u::LinkInRoute(nic, s4u::LinkInRoute::Direction::UP)};
+  if (backbone) route.emplace_back(backbone);
+  zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, route, true);
   // Processes on one host talk over the kernel's loopback, not the NIC.
   auto* loopback = zone->create_link(name + ".loopback", kLoopbackBandwidth)
                        ->set_latency(loopback_latency)
@@ -75,7 +79,13 @@ Platform build_platform(const Scenario& sc) {
   const int host_count = sc.host_count();
   if (sc.cluster.topology == Topology::kStar) {
     auto* zone = s4u::create_star_zone("cluster");
-    for (int h = 0; h < host_count; ++h) add_host(zone, sc, sc.host_name(h), platform);
+    s4u::Link* backbone = nullptr;
+    if (sc.cluster.switch_bandwidth_Bps > 0) {
+      backbone = zone->create_link("switch", sc.cluster.switch_bandwidth_Bps)->seal();
+      platform.links.push_back({"switch", sc.cluster.switch_bandwidth_Bps});
+      platform.has_switch = true;
+    }
+    for (int h = 0; h < host_count; ++h) add_host(zone, sc, sc.host_name(h), platform, backbone);
     zone->seal();
     return platform;
   }

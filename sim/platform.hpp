@@ -22,6 +22,7 @@ struct SimLink {
 struct Platform {
   std::map<std::string, simgrid::s4u::Host*> hosts;
   std::map<std::string, int> rack_of;  // two-tier only
+  bool has_switch = false;             // star with cluster.switch_bandwidth: the link "switch"
   std::vector<SimLink> links;          // every link whose bytes are accounted
   double bandwidth_factor = 1;         // the network model's effective factors
   double latency_factor = 1;

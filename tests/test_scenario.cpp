@@ -682,6 +682,8 @@ TEST(Scenario, CrossFieldValidation) {
   EXPECT_ERROR_HAS(error_of("[cluster]\ntopology = \"two-tier\"\nracks = 0\n"),
                    "scenarios/x.toml:3: cluster.racks = 0", "\"two-tier\" needs at least 1 rack");
   EXPECT_NO_THROW(parse("[cluster]\nracks = 0\n"));  // racks only matter for two-tier
+  EXPECT_ERROR_HAS(error_of("[cluster]\ntopology = \"two-tier\"\nracks = 2\nswitch_bandwidth = \"1GBps\"\n"),
+                   "cluster.switch_bandwidth", "only applies to topology \"star\"");
 
   // Tensors: exactly one of tensor_bytes and model_bytes + tensors.
   EXPECT_ERROR_HAS(error_of("[workload]\ntensor_bytes = [4096]\nmodel_bytes = \"1MB\"\ntensors = 2\n"),

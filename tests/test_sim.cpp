@@ -199,6 +199,30 @@ TEST(Sim, SaturationScenarioIsWithinFivePercentOfItsAnalyticBound) {
     }
 }
 
+// cluster.switch_bandwidth: one link every message between hosts crosses. At 500 MB/s it, not the
+// servers' 10 Gb/s NICs, bounds the saturation scenario, and the bound says so.
+TEST(Sim, SwitchCapacityIsSharedByAllTrafficAndBoundsTheIteration) {
+  const auto dir = fresh_dir("switch");
+  const auto run = run_pstwin(
+      "sim scenarios/saturation_8w2s.toml -q --set cluster.switch_bandwidth=500MBps --out " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto r = read_json(dir / "results.json");
+  std::uint64_t up = 0, switched = 0;
+  for (const auto& l : r["links"]) {
+    const std::string name = l["name"];
+    if (name == "switch") switched = l["bytes"].get<std::uint64_t>();
+    if (name.ends_with(".up")) up += l["bytes"].get<std::uint64_t>();
+  }
+  EXPECT_GT(up, 0u);
+  EXPECT_EQ(switched, up);
+  // 8 workers x 100 MB pushed and pulled, plus 5 % cross traffic, at 0.97 x 500 MB/s: 3.46 s.
+  const double mean = r["mean_iteration_s"].get<double>();
+  EXPECT_GT(mean, 1.6e9 * 1.05 / (0.97 * 5e8));
+  EXPECT_LT(mean, 1.05 * r["bound"]["time_s"].get<double>());
+  EXPECT_NE(r["bound"]["formula"].get<std::string>().find("S = 5e+08"), std::string::npos);
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+}
+
 TEST(Sim, UnreachableSchedulerFailsWithinTheConnectTimeout) {
   const auto dir = fresh_dir("unreachable");
   const auto run = run_pstwin(

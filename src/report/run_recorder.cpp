@@ -101,16 +101,21 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
     bound = std::max(bound, model_wire * (1 + cross_traffic) / (bandwidth_factor * link.bandwidth_Bps));
     min_latency = std::min(min_latency, link.latency_s);
   }
+  // A shared switch carries every push and pull (2*n*M), each with its cross traffic.
+  const double switch_Bps = sc.cluster.switch_bandwidth_Bps;
+  if (switch_Bps > 0)
+    bound = std::max(bound, 2 * n * model_wire * (1 + cross_traffic) / (bandwidth_factor * switch_Bps));
   // A push and its pull each cross two links: pay that latency at least once per iteration.
   const double latency = 2 * 2 * latency_factor * min_latency;
   Bound result;
   result.time_s = sc.workload.compute_s + bound + latency;
-  why << "compute + max(max_j n*(p_j + (1+c)*M_j - c*p_j)/(f*B_j), max_w (1+c)*M/(f*B_w)) + 4*lf*L; n="
-      << sc.roles.workers
+  why << "compute + max(max_j n*(p_j + (1+c)*M_j - c*p_j)/(f*B_j), max_w (1+c)*M/(f*B_w)"
+      << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "") << ") + 4*lf*L; n=" << sc.roles.workers
       << " workers, M_j = wire bytes hashed to server j, p_j its smallest partition, M = " << model_wire
       << " wire bytes, f = " << bandwidth_factor << " (bandwidth factor), lf = " << latency_factor
       << " (latency factor), c = " << cross_traffic << " (cross traffic), L = " << min_latency
       << " s (smallest host latency)";
+  if (switch_Bps > 0) why << ", S = " << switch_Bps << " B/s (switch)";
   result.formula = why.str();
   return result;
 }

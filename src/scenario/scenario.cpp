@@ -685,6 +685,12 @@ std::vector<Field> make_registry() {
                          QuantityCodec{Quantity::kFlops, true}, "Compute speed of one core."));
   f.push_back(
       make_field("cluster.host_cores", PSTWIN_MEMBER(cluster.host_cores), IntCodec{1}, "Cores per host."));
+  f.push_back(make_field(
+      "cluster.switch_bandwidth", PSTWIN_MEMBER(cluster.switch_bandwidth_Bps),
+      QuantityCodec{Quantity::kBandwidth, false},
+      "`star` only: capacity of the switch, shared by every message between two hosts (a link named `switch` "
+      "in `links`); 0: non-blocking. A namespace cluster's switch is this machine's CPU forwarding frames "
+      "through veths, bridge and tbf: docs/FIDELITY.md measures it."));
   f.push_back(make_field("cluster.racks", PSTWIN_MEMBER(cluster.racks), IntCodec{0},
                          "`two-tier` only (and then at least 1): number of racks; hosts go round-robin over "
                          "them."));
@@ -1132,6 +1138,9 @@ class Validator {
       : s_(scenario), root_(root), origins_(origins), schema_(schema) {}
 
   void run() {
+    if (s_.cluster.topology == Topology::kTwoTier && s_.cluster.switch_bandwidth_Bps > 0)
+      fail("cluster.switch_bandwidth",
+           "only applies to topology \"star\"; two-tier racks have cluster.rack_uplink_bandwidth");
     if (s_.cluster.topology == Topology::kTwoTier && s_.cluster.racks < 1) {
       fail("cluster.racks", "topology \"two-tier\" needs at least 1 rack; set cluster.racks = 1 or more");
     }

@@ -37,6 +37,7 @@ struct ClusterConfig {
   int host_cores = 8;
   int racks = 2;  // two-tier only: hosts are spread round-robin over racks
   double rack_uplink_bandwidth_Bps = 5e9;
+  double switch_bandwidth_Bps = 0;  // star: the switch's capacity shared by all traffic; 0: non-blocking
   double rack_uplink_latency_s = 2e-6;
   std::map<std::string, LinkSpec> host_links;  // per-host override, [cluster.links.h3]
 };
