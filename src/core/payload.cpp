@@ -1,5 +1,6 @@
 #include "core/payload.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,42 +14,52 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;  // one cache line; also enough for any SIMD load
 
-// std::aligned_alloc wants a size that is a multiple of the alignment (and > 0 to be portable).
+// A multiple of the alignment, and > 0.
 std::size_t padded_size(std::size_t size) {
-  if (size > SIZE_MAX - kAlignment) throw std::bad_alloc();
+  if (size > SIZE_MAX - 2 * kAlignment) throw std::bad_alloc();
   const std::size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
   return rounded == 0 ? kAlignment : rounded;
 }
 
 }  // namespace
 
-void ByteBuffer::AlignedFree::operator()(std::byte* p) const {
+void ByteBuffer::AlignedFree::operator()(std::byte* /*aligned*/) const {
   if (external_release)
     external_release();
   else
-    std::free(p);
+    std::free(allocation);
+}
+
+// Not std::aligned_alloc: glibc's memalign splits the alignment slack off as a separate free chunk,
+// which lands in the thread cache and keeps a freed megabyte from coalescing, so a loop that frees
+// and reallocates a 1 MiB buffer grew the heap by about 1 MiB per iteration and faulted in fresh
+// pages each time (docs/PERFORMANCE.md, "Epoll van on loopback"). A plain malloc with the slack
+// inside is freed whole.
+void ByteBuffer::allocate(std::size_t size) {
+  const std::size_t padded = padded_size(size);
+  void* raw = std::malloc(padded + kAlignment);
+  if (raw == nullptr) throw std::bad_alloc();
+  const auto address = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (address + kAlignment - 1) / kAlignment * kAlignment;
+  data_ =
+      std::unique_ptr<std::byte[], AlignedFree>(reinterpret_cast<std::byte*>(aligned), AlignedFree{{}, raw});
 }
 
 ByteBuffer::ByteBuffer(std::byte* external, std::size_t size, std::function<void()> release)
-    : size_(size), data_(external, AlignedFree{std::move(release)}) {
+    : size_(size), data_(external, AlignedFree{std::move(release), nullptr}) {
   if (external == nullptr) throw std::invalid_argument("ByteBuffer: wrapped memory is null");
 }
 
 ByteBuffer::ByteBuffer(std::size_t size) : size_(size) {
-  const std::size_t padded = padded_size(size);
-  void* raw = std::aligned_alloc(kAlignment, padded);
-  if (raw == nullptr) throw std::bad_alloc();
+  allocate(size);
   // Zeroed so that a buffer nobody filled still hashes and transmits deterministically.
-  std::memset(raw, 0, padded);
-  data_.reset(static_cast<std::byte*>(raw));
+  std::memset(data_.get(), 0, padded_size(size));
 }
 
 ByteBuffer::ByteBuffer(std::span<const std::byte> bytes) : size_(bytes.size()) {
+  allocate(size_);
   const std::size_t padded = padded_size(size_);
-  void* raw = std::aligned_alloc(kAlignment, padded);
-  if (raw == nullptr) throw std::bad_alloc();
-  data_.reset(static_cast<std::byte*>(raw));
-  if (!bytes.empty()) std::memcpy(raw, bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(data_.get(), bytes.data(), bytes.size());
   std::memset(data_.get() + size_, 0, padded - size_);  // only the padding: as deterministic as above
 }
 

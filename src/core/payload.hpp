@@ -36,8 +36,11 @@ class ByteBuffer {
  private:
   struct AlignedFree {
     std::function<void()> external_release;  // set for wrapped memory, which is not ours to free
+    void* allocation;                        // ours: what malloc returned (data is aligned inside it)
     void operator()(std::byte* p) const;
   };
+  // Aligned storage of at least `size` bytes (padded to the alignment) taken from plain malloc.
+  void allocate(std::size_t size);
   std::size_t size_;
   std::unique_ptr<std::byte[], AlignedFree> data_;
 };
