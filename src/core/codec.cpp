@@ -211,6 +211,10 @@ std::string_view command_name(Command command) {
       return "fatal";
     case Command::kPushPull:
       return "push_pull";
+    case Command::kLbReport:
+      return "lb_report";
+    case Command::kLbDecision:
+      return "lb_decision";
   }
   return "unknown";
 }

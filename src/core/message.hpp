@@ -10,18 +10,20 @@
 namespace pstwin {
 
 enum class Command : std::uint16_t {
-  kRegister = 1,    // node -> scheduler: role, rank wish, address
-  kNodeTable = 2,   // scheduler -> all: the id/role/rank/address table
-  kBarrier = 3,     // node -> scheduler (request), scheduler -> node (response = release); key = group
-  kHeartbeat = 4,   // node -> scheduler
-  kPush = 5,        // worker -> server; response = ack
-  kPull = 6,        // worker -> server; response carries the value
-  kWorkerDone = 7,  // worker -> scheduler: all iterations finished
-  kShutdown = 8,    // scheduler -> node (request), node -> scheduler (response = ack)
-  kFatal = 9,       // any -> scheduler: a node hit an unrecoverable error (payload: text)
-  kPushPull = 10,   // worker -> server: a push whose response carries the aggregate (ps-lite's ZPushPull)
+  kRegister = 1,     // node -> scheduler: role, rank wish, address
+  kNodeTable = 2,    // scheduler -> all: the id/role/rank/address table
+  kBarrier = 3,      // node -> scheduler (request), scheduler -> node (response = release); key = group
+  kHeartbeat = 4,    // node -> scheduler
+  kPush = 5,         // worker -> server; response = ack
+  kPull = 6,         // worker -> server; response carries the value
+  kWorkerDone = 7,   // worker -> scheduler: all iterations finished
+  kShutdown = 8,     // scheduler -> node (request), node -> scheduler (response = ack)
+  kFatal = 9,        // any -> scheduler: a node hit an unrecoverable error (payload: text)
+  kPushPull = 10,    // worker -> server: a push whose response carries the aggregate (ps-lite's ZPushPull)
+  kLbReport = 11,    // server/worker -> scheduler: one iteration's bandwidth measurements (ps.balancing = lb)
+  kLbDecision = 12,  // scheduler -> servers, workers: partition owners from an iteration on
 };
-inline constexpr std::uint16_t kMaxCommand = 10;
+inline constexpr std::uint16_t kMaxCommand = 12;
 
 std::string_view command_name(Command command);
 

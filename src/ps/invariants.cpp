@@ -110,6 +110,34 @@ void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_
                                " pulled a different value than worker " + std::to_string(it->second.first)});
 }
 
+void InvariantChecker::lb_decision(NodeId node, const LbDecision& decision) {
+  count_check("routing");
+  auto [it, first] = decisions_.try_emplace(decision.iteration, decision);
+  if (!first && !(it->second == decision))
+    add({"routing", "node " + std::to_string(node) + " took up decision " + std::to_string(decision.version) +
+                        " for iteration " + std::to_string(decision.iteration) +
+                        ", which differs from version " + std::to_string(it->second.version) +
+                        " another node holds for it"});
+}
+
+void InvariantChecker::request_routed(NodeId receiver, NodeId sender, std::uint64_t key,
+                                      std::uint32_t iteration) {
+  count_check("routing");
+  const auto it = decisions_.find(iteration);
+  const std::string what = "node " + std::to_string(sender) + "'s request for key " + std::to_string(key) +
+                           ", iteration " + std::to_string(iteration) + " reached server " +
+                           std::to_string(rank_of(receiver));
+  if (it == decisions_.end()) {
+    add({"routing", what + " before any node held a decision for that iteration"});
+    return;
+  }
+  const auto owner = it->second.owner.at(workload_.index_of(key));
+  if (server_id(owner) != receiver)
+    add({"routing", what + ", but decision " + std::to_string(it->second.version) +
+                        " gives the key to server " + std::to_string(owner) +
+                        " (a packet sent to a node that does not own its range)"});
+}
+
 void InvariantChecker::finish(bool run_completed) {
   if (!scenario_.invariants.updates || !run_completed) return;
   // Every worker's push of every key in every iteration must have been applied exactly once.

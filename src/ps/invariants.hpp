@@ -2,7 +2,9 @@
 //  - aggregates: every sync aggregate (and every async final store) equals the exact sum of the
 //    distinct contributions it should contain;
 //  - updates: no push applied twice, none lost;
-//  - sync_identical: in sync mode all workers pulled identical values for each key and iteration.
+//  - sync_identical: in sync mode all workers pulled identical values for each key and iteration;
+//  - routing (ps.balancing = "lb"): every node holds the same decision for an iteration, and every push
+//    and pull reached the server that decision names (FPT v2.5 sent packets to a former owner).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,8 @@ class InvariantChecker final : public RunObserver {
                           const Payload& agg) override;
   void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override;
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
+  void lb_decision(NodeId node, const LbDecision& decision) override;
+  void request_routed(NodeId receiver, NodeId sender, std::uint64_t key, std::uint32_t iteration) override;
 
   // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
   void finish(bool run_completed);
@@ -69,6 +73,7 @@ class InvariantChecker final : public RunObserver {
   InvariantTallies tallies_;
   std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied_;  // (key, iteration, worker)
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<int, std::string>> first_pull_digest_;
+  std::map<std::uint32_t, LbDecision> decisions_;  // routing: by iteration, as first reported
 };
 
 }  // namespace pstwin

@@ -9,6 +9,7 @@
 
 #include "core/payload.hpp"
 #include "core/types.hpp"
+#include "ps/balance.hpp"
 #include "ps/control.hpp"
 
 namespace pstwin {
@@ -35,6 +36,13 @@ class RunObserver {
   // first iteration began (evaluated later, outside the timed run).
   virtual void model_snapshot(int /*worker_rank*/, std::uint32_t /*iterations*/, Seconds /*at*/,
                               std::span<const float> /*params*/) {}
+  // ps.balancing = "lb": a node took up (or the scheduler made) a decision; the scheduler received
+  // a node's measurements; a server accepted a push or pull from a worker (checked against the
+  // decision in force for that iteration: nothing may reach a node that does not own the key).
+  virtual void lb_decision(NodeId /*node*/, const LbDecision& /*decision*/) {}
+  virtual void lb_report(NodeId /*from*/, const LbReport& /*report*/) {}
+  virtual void request_routed(NodeId /*receiver*/, NodeId /*sender*/, std::uint64_t /*key*/,
+                              std::uint32_t /*iteration*/) {}
 };
 
 // Forwards every report to several observers, in order.
@@ -69,6 +77,15 @@ class ObserverFanout final : public RunObserver {
   void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
                       std::span<const float> params) override {
     for (auto* t : targets_) t->model_snapshot(worker, iterations, at, params);
+  }
+  void lb_decision(NodeId node, const LbDecision& decision) override {
+    for (auto* t : targets_) t->lb_decision(node, decision);
+  }
+  void lb_report(NodeId from, const LbReport& report) override {
+    for (auto* t : targets_) t->lb_report(from, report);
+  }
+  void request_routed(NodeId receiver, NodeId sender, std::uint64_t key, std::uint32_t iteration) override {
+    for (auto* t : targets_) t->request_routed(receiver, sender, key, iteration);
   }
 
  private:

@@ -71,6 +71,7 @@ void PsNode::on_message(Message message) {
     case Command::kPush:
     case Command::kPull:
     case Command::kPushPull:
+    case Command::kLbDecision:
       if (phase_ == Phase::kBarrier) {
         early_.push_back(std::move(message));
         return;
@@ -118,6 +119,24 @@ void PsNode::heartbeat() {
   if (phase_ == Phase::kStopped) return;
   send_to(kSchedulerId, Command::kHeartbeat, MessageHeader{});
   rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { heartbeat(); });
+}
+
+void PsNode::report_start_decisions(const DecisionBook* book) {
+  if (book)
+    for (std::uint32_t i = 0; i < kDecisionLag; ++i) observer_.lb_decision(rt_.self(), *book->find(i));
+}
+
+const LbDecision* PsNode::take_decision(DecisionBook* book, const Message& message) {
+  std::string error;
+  const LbDecision* decision = book ? book->accept(message.payload, error) : nullptr;
+  if (!decision) {
+    rt_.fail(std::string(role_name(role_)) + " " + std::to_string(rank_) +
+             ": bad load-balancing decision from node " + std::to_string(message.header.sender) +
+             (book ? ": " + error : ": ps.balancing is not \"lb\" here"));
+    return nullptr;
+  }
+  observer_.lb_decision(rt_.self(), *decision);
+  return decision;
 }
 
 std::string PsNode::describe_state() const {

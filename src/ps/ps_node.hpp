@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/runtime.hpp"
+#include "ps/balance.hpp"
 #include "ps/control.hpp"
 #include "ps/observer.hpp"
 #include "scenario/scenario.hpp"
@@ -39,6 +40,10 @@ class PsNode : public Node {
   void send_to(NodeId to, Command command, const MessageHeader& fields, Payload payload = {});
   void reply(const Message& request, Payload payload = {});
   const std::vector<NodeInfo>& node_table() const { return table_; }
+  // ps.balancing = "lb" (`book` null otherwise): report the decisions every node derives itself; take
+  // up one from the scheduler and report it, or fail the run naming what is wrong (null).
+  void report_start_decisions(const DecisionBook* book);
+  const LbDecision* take_decision(DecisionBook* book, const Message& message);
 
   Runtime& rt_;
   const Scenario& scenario_;

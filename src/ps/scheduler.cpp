@@ -12,7 +12,13 @@ Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& ob
       scenario_(scenario),
       observer_(observer),
       expected_servers_(scenario.roles.servers),
-      expected_workers_(scenario.roles.workers) {}
+      expected_workers_(scenario.roles.workers) {
+  if (scenario.lb.balancing == Balancing::kLb) {
+    partitions_ = partition_tensors(scenario.declared_tensor_bytes(), scenario.ps.partition_bytes,
+                                    scenario.roles.servers, scenario.ps.key_hash);
+    balancer_ = std::make_unique<LoadBalancer>(scenario, partitions_);
+  }
+}
 
 void Scheduler::start() {
   rt_.set_self(kSchedulerId);
@@ -40,6 +46,9 @@ void Scheduler::on_message(Message message) {
       on_barrier(message);
       return;
     case Command::kHeartbeat:
+      return;
+    case Command::kLbReport:
+      on_lb_report(message);
       return;
     case Command::kWorkerDone:
       workers_done_.insert(h.sender);
@@ -130,6 +139,9 @@ void Scheduler::assign_ids() {
     last_seen_[info.id] = rt_.now();
   }
   observer_.node_table(table_, rt_.now());
+  if (balancer_)
+    for (const auto& [iteration, decision] : balancer_->decisions())
+      observer_.lb_decision(kSchedulerId, decision);
   const Payload table = encode_node_table(table_);
   for (const auto& info : table_) send(info.id, Command::kNodeTable, false, 0, table);
 }
@@ -150,6 +162,29 @@ void Scheduler::on_barrier(const Message& message) {
   arrived.clear();
   observer_.barrier_released(group, rt_.now());
   for (NodeId id : expected) send(id, Command::kBarrier, true, static_cast<std::uint64_t>(group));
+}
+
+void Scheduler::on_lb_report(const Message& message) {
+  if (!balancer_) {
+    rt_.log("scheduler: ignoring a bandwidth report: ps.balancing is not \"lb\"");
+    return;
+  }
+  std::string error;
+  auto report = decode_report(message.payload, error);
+  std::optional<LbDecision> next;
+  if (report) {
+    observer_.lb_report(message.header.sender, *report);
+    next = balancer_->add_report(message.header.sender, *report, error);
+  }
+  if (!error.empty()) {
+    rt_.fail("scheduler: bad bandwidth report from node " + std::to_string(message.header.sender) + ": " +
+             error);
+    return;
+  }
+  if (!next) return;
+  observer_.lb_decision(kSchedulerId, *next);
+  const Payload body = encode_decision(*next);
+  for (NodeId id : members(kServerGroup | kWorkerGroup)) send(id, Command::kLbDecision, false, 0, body);
 }
 
 void Scheduler::broadcast(Command command, const std::vector<NodeId>& to) {

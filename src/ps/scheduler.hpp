@@ -1,14 +1,17 @@
 // The scheduler (ps-lite node 1): registration and id assignment, node table broadcast, barriers
-// per group, heartbeat watch, and orderly shutdown once every worker is done.
+// per group, heartbeat watch, and orderly shutdown once every worker is done. With
+// ps.balancing = "lb" it also runs the load balancer: reports in, decisions out.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/runtime.hpp"
 #include "ps/control.hpp"
+#include "ps/load_balancer.hpp"
 #include "ps/observer.hpp"
 #include "scenario/scenario.hpp"
 
@@ -26,6 +29,7 @@ class Scheduler final : public Node {
   void on_register(const Message& message);
   void assign_ids();
   void on_barrier(const Message& message);
+  void on_lb_report(const Message& message);
   void check_heartbeats();
   void broadcast(Command command, const std::vector<NodeId>& to);
   std::vector<NodeId> members(int group_mask) const;
@@ -43,6 +47,9 @@ class Scheduler final : public Node {
   std::set<NodeId> workers_done_;
   std::set<NodeId> shutdown_acks_;
   bool shutting_down_ = false;
+  // ps.balancing = "lb" only.
+  std::vector<PartitionSpec> partitions_;
+  std::unique_ptr<LoadBalancer> balancer_;
 };
 
 }  // namespace pstwin

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/codec.hpp"
 #include "core/float_sum.hpp"
 #include "ps/ids.hpp"
 
@@ -15,7 +16,10 @@ Server::Server(NodeContext context, int rank, const SyntheticWorkload& workload,
       workload_(workload),
       training_(training),
       engine_(context.runtime.executor("engine", context.scenario.ps.server_engine_threads)),
-      lane_bytes_(static_cast<std::size_t>(context.scenario.ps.server_engine_threads), 0) {}
+      lane_bytes_(static_cast<std::size_t>(context.scenario.ps.server_engine_threads), 0) {
+  if (context.scenario.lb.balancing == Balancing::kLb)
+    decisions_ = std::make_unique<DecisionBook>(workload.partitions(), context.scenario.roles.servers);
+}
 
 ComputeCost Server::sum_cost(std::uint64_t bytes) const {
   return {static_cast<double>(bytes) / scenario_.workload.sum_bandwidth_Bps, 0};
@@ -55,7 +59,71 @@ void Server::apply_gradients(KeyState& state, std::span<const std::shared_ptr<Pa
   training_->apply(state.store->floats(), mean, state.velocity);
 }
 
+namespace {
+bool carries_push(Command command) {
+  return command == Command::kPush || command == Command::kPushPull;
+}
+}  // namespace
+
 void Server::on_app_message(Message message) {
+  if (message.header.command == Command::kLbDecision) {
+    on_decision(message);
+    return;
+  }
+  if (decisions_ && !message.header.is_response) {
+    const auto iteration = message.header.iteration;
+    if (carries_push(message.header.command))
+      monitor_.received(iteration, message.header.sender, message.payload.size() + kHeaderBytes, rt_.now());
+    const LbDecision* decision = decisions_->find(iteration);
+    if (!decision) {
+      held_[iteration].push_back(std::move(message));
+      return;
+    }
+    if (!accept_routed(message, *decision)) return;
+  }
+  dispatch(std::move(message));
+}
+
+void Server::on_ready() {
+  report_start_decisions(decisions_.get());
+}
+
+void Server::on_decision(const Message& message) {
+  const LbDecision* decision = take_decision(decisions_.get(), message);
+  if (!decision) return;
+  auto held = held_.extract(decision->iteration);
+  if (held.empty()) return;
+  for (auto& request : held.mapped())
+    if (accept_routed(request, *decision)) dispatch(std::move(request));
+}
+
+bool Server::accept_routed(const Message& message, const LbDecision& decision) {
+  const auto& h = message.header;
+  const auto index = workload_.index_of(h.key);
+  observer_.request_routed(rt_.self(), h.sender, h.key, h.iteration);
+  if (decision.owner[index] != rank_) {
+    rt_.fail("server " + std::to_string(rank_) + " got a " + std::string(command_name(h.command)) +
+             " from node " + std::to_string(h.sender) + " for key " + std::to_string(h.key) + ", iteration " +
+             std::to_string(h.iteration) + ", which decision " + std::to_string(decision.version) +
+             " gives to server " + std::to_string(decision.owner[index]));
+    return false;
+  }
+  if (!carries_push(h.command)) return true;
+  const auto expected = decision.partitions_of(rank_) * static_cast<std::uint64_t>(workload_.workers());
+  if (++pushes_routed_[h.iteration] == expected) {
+    pushes_routed_.erase(h.iteration);
+    LbReport report = monitor_.take(h.iteration);
+    const auto& missing = scenario_.lb.missing_measurements;
+    if (std::find(missing.begin(), missing.end(), h.iteration) != missing.end())
+      report = LbReport{h.iteration, 0, 0, {}};
+    MessageHeader fields;
+    send_to(kSchedulerId, Command::kLbReport, fields, encode_report(report));
+    decisions_->forget_before(h.iteration);
+  }
+  return true;
+}
+
+void Server::dispatch(Message message) {
   const bool sync = scenario_.ps.mode == TrainingMode::kSync;
   if (message.header.is_response) {
     rt_.log("server: unexpected response from node " + std::to_string(message.header.sender));

@@ -2,13 +2,14 @@
 // sync:  per key and iteration, the first push is copied and later ones added (COPY_FIRST,
 //        SUM_RECV); pulls are answered once all workers' pushes are in (ALL_RECV).
 // async: every push is added to the store at once and pulls are answered at once.
-// Each key is bound to the least-loaded engine lane (BYTEPS_SERVER_ENGINE_THREAD) on first sight;
-// all work on a key runs on its lane, in arrival order, so no two lanes ever touch one key.
-// With a TrainingModel (workload.kind = "mlp") a key's store holds its parameter slice: sync rounds
-// keep each worker's gradient and, once all are in, sum them in worker-rank order (so the result is
-// the same bits whatever the arrival order, in either backend), divide by the number of workers and
-// apply SGD with the key's own momentum; pulls return the parameters. Async applies each gradient
-// on arrival, scaled by 1 / workers.
+// ps.balancing = "lb": keys are owned per iteration as the scheduler's decision says; a request
+// that arrives before its iteration's decision waits for it. Each key is bound to the least-loaded engine
+// lane (BYTEPS_SERVER_ENGINE_THREAD) on first sight; all work on a key runs on its lane, in arrival order, so
+// no two lanes ever touch one key. With a TrainingModel (workload.kind = "mlp") a key's store holds its
+// parameter slice: sync rounds keep each worker's gradient and, once all are in, sum them in worker-rank
+// order (so the result is the same bits whatever the arrival order, in either backend), divide by the number
+// of workers and apply SGD with the key's own momentum; pulls return the parameters. Async applies each
+// gradient on arrival, scaled by 1 / workers.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/payload.hpp"
+#include "ps/balance.hpp"
 #include "ps/ps_node.hpp"
 #include "ps/training.hpp"
 #include "ps/workload.hpp"
@@ -49,12 +51,17 @@ class Server final : public PsNode {
     std::vector<float> velocity;  // training: SGD momentum of the key's slice
   };
 
-  void on_ready() override {}
+  void on_ready() override;
   void on_app_message(Message message) override;
   void on_shutdown() override;
   std::string describe_app_state() const override;
 
   KeyState& key_state(std::uint64_t key, std::uint64_t bytes);
+  // ps.balancing = "lb": take up a decision; check that this server owns a request's key in its
+  // iteration (false: the run failed) and report the iteration's measurements once all its pushes are in.
+  void on_decision(const Message& message);
+  bool accept_routed(const Message& message, const LbDecision& decision);
+  void dispatch(Message message);
   void sync_push(Message message);
   void sync_pull(Message message);
   void answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
@@ -69,6 +76,10 @@ class Server final : public PsNode {
   Executor& engine_;
   std::vector<std::uint64_t> lane_bytes_;
   std::map<std::uint64_t, KeyState> keys_;
+  std::unique_ptr<DecisionBook> decisions_;               // lb only
+  BandwidthMonitor monitor_;                              // lb only
+  std::map<std::uint32_t, std::vector<Message>> held_;    // lb: requests that overtook their decision
+  std::map<std::uint32_t, std::uint64_t> pushes_routed_;  // lb: per iteration, to know when to report
 };
 
 }  // namespace pstwin

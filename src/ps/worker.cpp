@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/codec.hpp"
 #include "ps/ids.hpp"
 #include "ps/staging.hpp"
 
@@ -22,6 +23,8 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
     params_.assign(initial.begin(), initial.end());
     grad_.assign(initial.size(), 0.0f);
   }
+  if (scenario_.lb.balancing == Balancing::kLb)
+    decisions_ = std::make_unique<DecisionBook>(workload.partitions(), scenario_.roles.servers);
   if (scenario_.workload.layerwise) {
     for (const auto& partition : workload_.partitions()) {
       const auto tensor = static_cast<std::size_t>(partition.tensor);
@@ -40,12 +43,13 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
 void Worker::on_ready() {
   training_start_ = rt_.now();
   snapshot_model();
+  report_start_decisions(decisions_.get());
   if (!tensor_parts_.empty()) {
     iteration_start_ = rt_.now();
     start_layerwise_compute();
     return;
   }
-  start_iteration();
+  start_iteration(rt_.now());
 }
 
 // Training: the simulator charges the step's FLOPs at the host's speed and the real backend
@@ -108,8 +112,8 @@ void Worker::stage_tensor(int tensor) {
   for (const auto* partition : parts) stage_and_push(*partition);
 }
 
-void Worker::start_iteration() {
-  iteration_start_ = rt_.now();
+void Worker::start_iteration(Seconds started) {
+  iteration_start_ = started;
   std::function<void()> work;
   if (training_) work = [this] { gradients_->step(params_, grad_); };
   compute_stage_.submit(0, "compute", iteration_cost(), std::move(work), [this] {
@@ -185,10 +189,19 @@ void Worker::ready_to_push(const PartitionSpec& partition, Payload payload) {
 }
 
 void Worker::dispatch_pushes() {
+  // ps.balancing = "lb": the credit is per server, so a slow server's unacknowledged pushes never
+  // hold back the others' (one global credit couples every link to the slowest, and the monitors
+  // would measure that instead of each server's own bandwidth).
   const int credit = scenario_.ps.scheduling_credit;
-  while (!ready_.empty() && (credit == 0 || in_flight_ < credit)) {
-    auto node = ready_.extract(ready_.begin());
+  for (auto it = ready_.begin(); it != ready_.end() && (decisions_ || credit == 0 || in_flight_ < credit);) {
+    int& to_server = in_flight_to_[destination(*it->second.first)];
+    if (decisions_ && credit != 0 && to_server >= credit) {
+      ++it;
+      continue;
+    }
+    auto node = ready_.extract(it++);
     ++in_flight_;
+    ++to_server;
     auto [partition, payload] = std::move(node.mapped());
     push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
       push(*partition, std::move(payload));
@@ -203,11 +216,30 @@ void Worker::push(const PartitionSpec& partition, Payload payload) {
   fields.partition = partition.part;
   fields.priority = partition.priority;
   const bool fused = scenario_.ps.push_pull == PushPullMode::kFused;
-  send_to(server_id(partition.server_rank), fused ? Command::kPushPull : Command::kPush, fields,
+  send_to(server_id(destination(partition)), fused ? Command::kPushPull : Command::kPush, fields,
           std::move(payload));
 }
 
+int Worker::destination(const PartitionSpec& partition) const {
+  if (!decisions_) return partition.server_rank;
+  const auto index = static_cast<std::size_t>(&partition - workload_.partitions().data());
+  return decisions_->find(iteration_)->owner[index];
+}
+
+void Worker::on_decision(const Message& message) {
+  const LbDecision* decision = take_decision(decisions_.get(), message);
+  if (!decision) return;
+  if (awaiting_decision_ && decision->iteration == iteration_) {
+    awaiting_decision_ = false;
+    start_iteration(iteration_start_);
+  }
+}
+
 void Worker::on_app_message(Message message) {
+  if (message.header.command == Command::kLbDecision) {
+    on_decision(message);
+    return;
+  }
   if (!message.header.is_response) {
     rt_.log("worker: unexpected request " + std::string(command_name(message.header.command)));
     return;
@@ -224,7 +256,7 @@ void Worker::on_app_message(Message message) {
       return;
     case Command::kPushPull:
       // The acknowledgement and the aggregate in one reply.
-      release_push_credit();
+      release_push_credit(message.header.sender);
       on_pull_response(std::move(message));
       return;
     default:
@@ -232,14 +264,15 @@ void Worker::on_app_message(Message message) {
   }
 }
 
-void Worker::release_push_credit() {
+void Worker::release_push_credit(NodeId server) {
   --pushes_unacked_;
   --in_flight_;
+  --in_flight_to_[rank_of(server)];
   dispatch_pushes();
 }
 
 void Worker::on_push_ack(const Message& message) {
-  release_push_credit();
+  release_push_credit(message.header.sender);
   MessageHeader fields;
   fields.key = message.header.key;
   fields.iteration = iteration_;
@@ -249,6 +282,8 @@ void Worker::on_push_ack(const Message& message) {
 }
 
 void Worker::on_pull_response(Message message) {
+  if (decisions_)
+    monitor_.received(iteration_, message.header.sender, message.payload.size() + kHeaderBytes, rt_.now());
   observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
   if (training_) {
     const auto& partition = workload_.partition(message.header.key);
@@ -277,14 +312,25 @@ void Worker::on_pull_response(Message message) {
 // this (in layerwise mode the next forward may already be running).
 void Worker::on_model_received() {
   observer_.iteration_done(rank_, iteration_, iteration_start_, rt_.now());
+  if (decisions_)
+    send_to(kSchedulerId, Command::kLbReport, MessageHeader{}, encode_report(monitor_.take(iteration_)));
   ++iteration_;
   snapshot_model();
   if (static_cast<int>(iteration_) >= scenario_.workload.iterations) {
     send_to(kSchedulerId, Command::kWorkerDone, MessageHeader{});
     return;
   }
+  if (decisions_) {
+    decisions_->forget_before(iteration_);
+    if (!decisions_->find(iteration_)) {
+      // The next iteration's decision is still on its way: wait, and count the wait.
+      awaiting_decision_ = true;
+      iteration_start_ = rt_.now();
+      return;
+    }
+  }
   if (tensor_parts_.empty())
-    start_iteration();
+    start_iteration(rt_.now());
   else
     iteration_start_ = rt_.now();
 }
@@ -293,6 +339,7 @@ std::string Worker::describe_app_state() const {
   std::ostringstream out;
   out << "iteration " << iteration_ << " of " << scenario_.workload.iterations << ": " << pushes_unacked_
       << " pushes unacknowledged, " << pulls_outstanding_ << " pulls outstanding";
+  if (awaiting_decision_) out << "; waiting for the load balancer's decision for it";
   return out.str();
 }
 

@@ -3,7 +3,9 @@
 // is a live view of the staging buffer, read when the transport sends it, as BytePS's zero-copy
 // push does), pull the aggregate once the push is acknowledged; the iteration ends when every
 // partition is pulled (ps.push_pull = fused: one push_pull request per partition, whose reply carries
-// the aggregate). At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
+// the aggregate). With ps.balancing = "lb" each partition goes to the server the decision for the
+// iteration names, an iteration starts only once its decision is here, and the credit counts per
+// server. At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
 // worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
 #pragma once
@@ -13,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "ps/balance.hpp"
 #include "ps/ps_node.hpp"
 #include "ps/training.hpp"
 #include "ps/workload.hpp"
@@ -30,7 +33,9 @@ class Worker final : public PsNode {
   void on_app_message(Message message) override;
   std::string describe_app_state() const override;
 
-  void start_iteration();
+  void start_iteration(Seconds started);
+  void on_decision(const Message& message);
+  int destination(const PartitionSpec& partition) const;  // server rank: by hash or by decision
   ComputeCost iteration_cost();
   // workload.layerwise: the per-tensor forward/backward chain on the compute lane.
   void start_layerwise_compute();
@@ -42,7 +47,7 @@ class Worker final : public PsNode {
   void ready_to_push(const PartitionSpec& partition, Payload payload);
   void dispatch_pushes();
   void push(const PartitionSpec& partition, Payload payload);
-  void release_push_credit();
+  void release_push_credit(NodeId server);
   void on_push_ack(const Message& message);
   void on_pull_response(Message message);
   std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);
@@ -79,6 +84,12 @@ class Worker final : public PsNode {
   std::map<std::pair<std::int32_t, std::uint64_t>, std::pair<const PartitionSpec*, Payload>> ready_;
   std::uint64_t staged_sequence_ = 0;
   int in_flight_ = 0;
+  std::map<int, int> in_flight_to_;  // per server rank (the credit's unit with ps.balancing = "lb")
+  // ps.balancing = "lb": decisions by iteration, this node's monitor, and whether the next iteration
+  // waits for its decision (the wait counts in the iteration's time).
+  std::unique_ptr<DecisionBook> decisions_;
+  BandwidthMonitor monitor_;
+  bool awaiting_decision_ = false;
 };
 
 }  // namespace pstwin

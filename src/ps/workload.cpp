@@ -29,11 +29,15 @@ SyntheticWorkload::SyntheticWorkload(const Scenario& scenario)
 }
 
 const PartitionSpec& SyntheticWorkload::partition(std::uint64_t key) const {
+  return partitions_[index_of(key)];
+}
+
+std::size_t SyntheticWorkload::index_of(std::uint64_t key) const {
   auto it = std::lower_bound(index_by_key_order_.begin(), index_by_key_order_.end(), key,
                              [&](std::size_t index, std::uint64_t k) { return partitions_[index].key < k; });
   if (it == index_by_key_order_.end() || partitions_[*it].key != key)
     throw std::out_of_range("no partition with key " + std::to_string(key));
-  return partitions_[*it];
+  return *it;
 }
 
 float SyntheticWorkload::value(int worker_rank, std::uint32_t iteration, std::uint64_t key,

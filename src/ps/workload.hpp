@@ -22,6 +22,7 @@ class SyntheticWorkload {
 
   const std::vector<PartitionSpec>& partitions() const { return partitions_; }
   const PartitionSpec& partition(std::uint64_t key) const;
+  std::size_t index_of(std::uint64_t key) const;  // position in partitions(); throws if unknown
   std::uint64_t model_bytes() const { return model_bytes_; }
   int workers() const { return workers_; }
   int iterations() const { return iterations_; }

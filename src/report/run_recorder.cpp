@@ -6,6 +6,7 @@
 
 #include "core/codec.hpp"
 #include "core/digest.hpp"
+#include "ps/ids.hpp"
 
 namespace pstwin {
 namespace {
@@ -15,6 +16,29 @@ std::string value_digest(std::uint64_t key, const Payload& value) {
   digest.update_u64(value.size());
   if (!value.is_phantom()) digest.update(value.bytes());
   return digest.hex();
+}
+
+LinkSpec host_link(const Scenario& sc, const std::string& host) {
+  LinkSpec link{sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
+  if (auto it = sc.cluster.host_links.find(host); it != sc.cluster.host_links.end()) link = it->second;
+  return link;
+}
+
+// Colocated roles share a NIC and loopback traffic skips it: the closed forms assume neither, nor
+// anything but a sync star.
+bool closed_form_applies(const Scenario& sc) {
+  if (sc.cluster.topology != Topology::kStar || sc.ps.mode != TrainingMode::kSync) return false;
+  std::vector<std::string> hosts;
+  for (int s = 0; s < sc.roles.servers; ++s) hosts.push_back(sc.server_host_name(s));
+  for (int w = 0; w < sc.roles.workers; ++w) hosts.push_back(sc.worker_host_name(w));
+  std::sort(hosts.begin(), hosts.end());
+  return std::adjacent_find(hosts.begin(), hosts.end()) == hosts.end();
+}
+
+double model_wire_bytes(const SyntheticWorkload& workload) {
+  double wire = 0;
+  for (const auto& p : workload.partitions()) wire += static_cast<double>(p.bytes + kHeaderBytes);
+  return wire;
 }
 }  // namespace
 
@@ -42,10 +66,39 @@ void RunRecorder::iteration_done(int, std::uint32_t iteration, Seconds start, Se
   slowest = std::max(slowest, end - start);
 }
 
+void RunRecorder::lb_decision(NodeId node, const LbDecision& decision) {
+  if (node != kSchedulerId) return;  // every node reports the decisions it takes up: keep the maker's
+  if (!balancing_) balancing_.emplace();
+  balancing_->decisions.push_back(
+      {decision.iteration, decision.version, decision.probe, decision.reason,
+       decision.bytes_per_server(workload_.partitions(), scenario_.roles.servers)});
+}
+
+void RunRecorder::lb_report(NodeId from, const LbReport& report) {
+  if (role_of(from) != Role::kServer) return;
+  if (!balancing_) balancing_.emplace();
+  const int rank = rank_of(from);
+  const double nominal = host_link(scenario_, scenario_.server_host_name(rank)).bandwidth_Bps;
+  const double rate = report.receive_rate_Bps();
+  balancing_->measured.push_back({report.iteration, rank, rate, nominal > 0 ? rate / nominal : 0});
+}
+
 void RunRecorder::fill(RunReport& report) const {
   report.iterations.clear();
   for (const auto& [iteration, seconds] : slowest_)
     report.iterations.push_back({static_cast<int>(iteration), seconds});
+  if (balancing_) {
+    report.balancing = balancing_;
+    auto& b = *report.balancing;
+    double sum = 0;
+    b.balanced_iterations = 0;
+    for (const auto& d : b.decisions)
+      if (auto it = slowest_.find(d.iteration); !d.probe && it != slowest_.end()) {
+        sum += it->second;
+        ++b.balanced_iterations;
+      }
+    b.balanced_mean_s = b.balanced_iterations > 0 ? sum / b.balanced_iterations : 0;
+  }
   report.nodes = nodes_;
   Digest digest;
   for (const auto& [key, hex] : final_digest_) {
@@ -57,19 +110,8 @@ void RunRecorder::fill(RunReport& report) const {
 
 std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload& workload,
                                     double bandwidth_factor, double latency_factor, double cross_traffic) {
-  if (sc.cluster.topology != Topology::kStar || sc.ps.mode != TrainingMode::kSync) return std::nullopt;
-  auto link_of = [&](const std::string& host) {
-    LinkSpec link{sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
-    if (auto it = sc.cluster.host_links.find(host); it != sc.cluster.host_links.end()) link = it->second;
-    return link;
-  };
-  // Colocated roles share a NIC and loopback traffic skips it: the closed form below assumes neither.
-  std::vector<std::string> hosts;
-  for (int s = 0; s < sc.roles.servers; ++s) hosts.push_back(sc.server_host_name(s));
-  for (int w = 0; w < sc.roles.workers; ++w) hosts.push_back(sc.worker_host_name(w));
-  auto sorted = hosts;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;
+  if (!closed_form_applies(sc)) return std::nullopt;
+  auto link_of = [&](const std::string& host) { return host_link(sc, host); };
 
   const double n = sc.roles.workers;
   double bound = 0;
@@ -94,8 +136,7 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
     min_latency = std::min(min_latency, link.latency_s);
   }
   // Each worker sends and receives the whole model through its own link.
-  double model_wire = 0;
-  for (const auto& p : workload.partitions()) model_wire += static_cast<double>(p.bytes + kHeaderBytes);
+  const double model_wire = model_wire_bytes(workload);
   for (int w = 0; w < sc.roles.workers; ++w) {
     const LinkSpec link = link_of(sc.worker_host_name(w));
     bound = std::max(bound, model_wire * (1 + cross_traffic) / (bandwidth_factor * link.bandwidth_Bps));
@@ -116,6 +157,37 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
       << " (latency factor), c = " << cross_traffic << " (cross traffic), L = " << min_latency
       << " s (smallest host latency)";
   if (switch_Bps > 0) why << ", S = " << switch_Bps << " B/s (switch)";
+  result.formula = why.str();
+  return result;
+}
+
+std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload& workload,
+                                    double bandwidth_factor, double latency_factor, double cross_traffic) {
+  if (!closed_form_applies(sc)) return std::nullopt;
+  const double n = sc.roles.workers, f = bandwidth_factor, c = cross_traffic;
+  const double model = model_wire_bytes(workload);
+  double servers_bandwidth = 0, min_latency = std::numeric_limits<double>::infinity();
+  for (int s = 0; s < sc.roles.servers; ++s) {
+    const LinkSpec link = host_link(sc, sc.server_host_name(s));
+    servers_bandwidth += link.bandwidth_Bps;
+    min_latency = std::min(min_latency, link.latency_s);
+  }
+  double worker_term = 0;
+  for (int w = 0; w < sc.roles.workers; ++w) {
+    const LinkSpec link = host_link(sc, sc.worker_host_name(w));
+    worker_term = std::max(worker_term, (1 + c) * model / (f * link.bandwidth_Bps));
+    min_latency = std::min(min_latency, link.latency_s);
+  }
+  // Shares proportional to bandwidth finish every server at once: n(1+c)M / (f sum B_j).
+  const double server_term = n * (1 + c) * model / (f * servers_bandwidth);
+  Bound result;
+  result.time_s =
+      sc.workload.compute_s + std::max(worker_term, server_term) + 4 * latency_factor * min_latency;
+  std::ostringstream why;
+  why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)) + 4*lf*L (the best split of the "
+         "model over the servers: shares proportional to bandwidth); n="
+      << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
+      << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency << " s";
   result.formula = why.str();
   return result;
 }

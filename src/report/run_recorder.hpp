@@ -22,6 +22,8 @@ class RunRecorder final : public RunObserver {
   void pull_received(int worker, std::uint64_t key, std::uint32_t iteration, const Payload& value) override;
   void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override;
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
+  void lb_decision(NodeId node, const LbDecision& decision) override;
+  void lb_report(NodeId from, const LbReport& report) override;
 
   // Fills iterations, nodes and model_digest.
   void fill(RunReport& report) const;
@@ -32,11 +34,18 @@ class RunRecorder final : public RunObserver {
   std::vector<NodeInfo> nodes_;
   std::map<std::uint32_t, double> slowest_;            // iteration -> slowest worker's duration
   std::map<std::uint64_t, std::string> final_digest_;  // key -> digest of its final value
+  std::optional<BalancingReport> balancing_;           // lb: the scheduler's decisions, servers' rates
 };
 
 // Lower bound on one sync iteration's time on a star topology (see docs/ARCHITECTURE.md, "Bounds"),
 // or nothing where no closed form applies. Factors are the network model's own.
 std::optional<Bound> analytic_bound(const Scenario& scenario, const SyntheticWorkload& workload,
+                                    double bandwidth_factor, double latency_factor, double cross_traffic);
+
+// ps.balancing = "lb": the optimum over every split of the model between the servers (docs/FPT.md),
+// max(max_w (1+c)M/(f B_w), n (1+c)M/(f sum_j B_j)) + compute + latency; nothing where no closed form
+// applies.
+std::optional<Bound> balanced_bound(const Scenario& scenario, const SyntheticWorkload& workload,
                                     double bandwidth_factor, double latency_factor, double cross_traffic);
 
 }  // namespace pstwin

@@ -102,9 +102,11 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["model_digest"] = r.model_digest;
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
   if (r.bound)
-    j["bound"] = {{"time_s", r.bound->time_s}, {"formula", r.bound->formula}};
+    j["bound"] = {
+        {"time_s", r.bound->time_s}, {"achieved_s", r.bound->achieved_s}, {"formula", r.bound->formula}};
   else
     j["bound"] = nullptr;
+  if (r.balancing) j["balancing"] = balancing_json(*r.balancing);
   j["nodes"] = ordered_json::array();
   for (const auto& n : r.nodes) j["nodes"].push_back(node_info_json(n));
   j["run_time_s"] = r.run_time_s;
@@ -114,6 +116,38 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["trace_dropped"] = r.trace_dropped;
   j["wall_s"] = r.wall_s;
   return j;
+}
+
+nlohmann::ordered_json balancing_json(const BalancingReport& b) {
+  nlohmann::ordered_json j;
+  j["balanced_mean_s"] = b.balanced_mean_s;
+  j["balanced_iterations"] = b.balanced_iterations;
+  j["decisions"] = nlohmann::ordered_json::array();
+  for (const auto& d : b.decisions)
+    j["decisions"].push_back({{"iteration", d.iteration},
+                              {"version", d.version},
+                              {"probe", d.probe},
+                              {"reason", d.reason},
+                              {"bytes_per_server", d.bytes_per_server}});
+  j["measured"] = nlohmann::ordered_json::array();
+  for (const auto& m : b.measured)
+    j["measured"].push_back({{"iteration", m.iteration},
+                             {"server", m.server},
+                             {"rate_Bps", m.rate_Bps},
+                             {"utilization", m.utilization}});
+  return j;
+}
+
+BalancingReport balancing_from_json(const nlohmann::json& j) {
+  BalancingReport b;
+  b.balanced_mean_s = j.at("balanced_mean_s");
+  b.balanced_iterations = j.at("balanced_iterations");
+  for (const auto& d : j.at("decisions"))
+    b.decisions.push_back({d.at("iteration"), d.at("version"), d.at("probe"), d.at("reason"),
+                           d.at("bytes_per_server").get<std::vector<std::uint64_t>>()});
+  for (const auto& m : j.at("measured"))
+    b.measured.push_back({m.at("iteration"), m.at("server"), m.at("rate_Bps"), m.at("utilization")});
+  return b;
 }
 
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy) {
@@ -154,7 +188,9 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   }
   r.model_digest = j.at("model_digest").get<std::string>();
   if (j.contains("accuracy")) r.accuracy = accuracy_from_json(j["accuracy"]);
-  if (!j.at("bound").is_null()) r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula")};
+  if (!j.at("bound").is_null())
+    r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
+  if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");
@@ -223,9 +259,15 @@ std::string summary_text(const RunReport& r) {
     out << ", slowest " << slowest << " s";
   }
   out << "\n";
-  if (r.bound && !r.iterations.empty())
-    out << "  analytic bound: " << r.bound->time_s
-        << " s per iteration (measured/bound = " << r.mean_iteration_s() / r.bound->time_s << ")\n";
+  if (r.bound && !r.iterations.empty()) {
+    const double achieved = r.bound->achieved_s > 0 ? r.bound->achieved_s : r.mean_iteration_s();
+    out << "  analytic bound: " << r.bound->time_s << " s per iteration (achieved " << achieved
+        << " s, achieved/bound = " << achieved / r.bound->time_s << ")\n";
+  }
+  if (r.balancing && !r.balancing->decisions.empty())
+    out << "  load balancing: " << r.balancing->decisions.size() << " decisions, last version "
+        << r.balancing->decisions.back().version << "; balanced iterations "
+        << r.balancing->balanced_iterations << ", mean " << r.balancing->balanced_mean_s << " s\n";
   out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s
       << " s\n";
   double busiest = 0;

@@ -32,6 +32,28 @@ struct LinkUsage {
 struct Bound {
   double time_s = 0;  // lower bound on one iteration's time
   std::string formula;
+  double achieved_s = 0;  // the run's iteration time it stands next to (lb: the balanced iterations' mean)
+};
+
+// ps.balancing = "lb": the scheduler's decisions and the servers' measured receive rates.
+struct LbDecisionRecord {
+  std::uint32_t iteration = 0;
+  std::uint32_t version = 0;
+  bool probe = false;
+  std::string reason;
+  std::vector<std::uint64_t> bytes_per_server;
+};
+struct LbRateRecord {
+  std::uint32_t iteration = 0;
+  int server = 0;
+  double rate_Bps = 0;     // bytes received / busy time, by the server's monitor
+  double utilization = 0;  // rate / the server NIC's nominal bandwidth
+};
+struct BalancingReport {
+  std::vector<LbDecisionRecord> decisions;
+  std::vector<LbRateRecord> measured;
+  double balanced_mean_s = 0;  // mean iteration time over iterations not in the probe state
+  int balanced_iterations = 0;
 };
 
 // How a real run reproduced the scenario's network (absent from sim and plain-loopback reports).
@@ -52,6 +74,8 @@ struct AccuracyCurve {
   std::vector<AccuracyPoint> curve;
 };
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy);
+nlohmann::ordered_json balancing_json(const BalancingReport& balancing);
+BalancingReport balancing_from_json(const nlohmann::json& json);
 AccuracyCurve accuracy_from_json(const nlohmann::json& json);
 
 struct TraceSpan {
@@ -81,6 +105,7 @@ struct RunReport {
   std::string model_digest;
   std::optional<AccuracyCurve> accuracy;  // mlp runs only
   std::optional<Bound> bound;
+  std::optional<BalancingReport> balancing;
   std::vector<NodeInfo> nodes;
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
   std::uint64_t messages = 0;

@@ -59,6 +59,8 @@ constexpr std::array<std::pair<ShardingKind, std::string_view>, 2> kShardingName
     {{ShardingKind::kIid, "iid"}, {ShardingKind::kDirichlet, "dirichlet"}}};
 constexpr std::array<std::pair<PushPullMode, std::string_view>, 2> kPushPullNames{
     {{PushPullMode::kSeparate, "separate"}, {PushPullMode::kFused, "fused"}}};
+constexpr std::array<std::pair<Balancing, std::string_view>, 2> kBalancingNames{
+    {{Balancing::kHash, "hash"}, {Balancing::kLb, "lb"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 2> kSimNetworkModels{"simgrid", "flow"};
 
@@ -542,7 +544,8 @@ struct TensorSizesCodec {
 struct CountListCodec {
   static constexpr bool kWantsString = false;
   static constexpr bool kIsList = true;
-  std::string type() const { return "array of integers >= 1"; }
+  std::int64_t min = 1;
+  std::string type() const { return "array of integers >= " + std::to_string(min); }
   std::vector<std::uint64_t> read(const Value& v) const {
     const auto* array = v.node.as_array();
     if (array == nullptr) v.fail("expected an array of integers, e.g. [784, 256, 128, 10]");
@@ -550,7 +553,7 @@ struct CountListCodec {
     for (std::size_t i = 0; i < array->size(); ++i) {
       const Value element = v.element(i, *array->get(i));
       const auto* n = element.node.as_integer();
-      if (n == nullptr || n->get() < 1) element.fail("expected an integer >= 1");
+      if (n == nullptr || n->get() < min) element.fail("expected an integer >= " + std::to_string(min));
       counts.push_back(static_cast<std::uint64_t>(n->get()));
     }
     return counts;
@@ -740,6 +743,21 @@ std::vector<Field> make_registry() {
                          "A node silent this long counts as dead; must exceed ps.heartbeat_interval."));
   f.push_back(make_field("ps.connect_timeout", PSTWIN_MEMBER(ps.connect_timeout_s), positive_duration,
                          "How long a node waits for the scheduler's node table."));
+  // Load balancing (FPT's LBScheduler): ps.balancing and [lb]
+  f.push_back(make_field("ps.balancing", PSTWIN_MEMBER(lb.balancing), EnumCodec<Balancing>{kBalancingNames},
+                         "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "
+                         "measures each server's bandwidth and gives it a share of every tensor in "
+                         "proportion (docs/FPT.md); sync mode only."));
+  f.push_back(make_field("lb.probe_at", PSTWIN_MEMBER(lb.probe_at), CountListCodec{0},
+                         "`lb`: iterations run in the probe state (equal split, bandwidths measured) on "
+                         "request; iteration 0 always is, and so is any after a missing or zero "
+                         "measurement."));
+  f.push_back(make_field("lb.rebalance_threshold", PSTWIN_MEMBER(lb.rebalance_threshold), RealCodec{0},
+                         "`lb`: a new decision replaces the one in force only if it is predicted to be "
+                         "this fraction faster (0.02: 2 %), so measurement noise does not churn versions."));
+  f.push_back(make_field("lb.missing_measurements", PSTWIN_MEMBER(lb.missing_measurements), CountListCodec{0},
+                         "Fault injection, `lb`: in these iterations servers report no measurement (a "
+                         "failed monitor); the scheduler must fall back to the probe state."));
   // [workload]
   f.push_back(make_field("workload.tensor_bytes", PSTWIN_MEMBER(workload.tensor_bytes), TensorSizesCodec{},
                          "Declared tensors in layer order (earlier = higher priority). If neither this nor "
@@ -1150,6 +1168,14 @@ class Validator {
     }
     check_tensors();
     check_hosts();
+    if (s_.lb.balancing == Balancing::kLb && s_.workload.layerwise)
+      fail("ps.balancing",
+           "\"lb\" is not supported with workload.layerwise yet; set one of them to its "
+           "default (ps.balancing = \"hash\" or workload.layerwise = false)");
+    if (s_.lb.balancing == Balancing::kLb && s_.ps.mode != TrainingMode::kSync)
+      fail("ps.balancing",
+           "\"lb\" decides per iteration, which only sync mode has; set ps.mode = \"sync\" "
+           "or ps.balancing = \"hash\"");
     if (s_.workload.kind == WorkloadKind::kMlp) check_train();
   }
 
@@ -1294,6 +1320,9 @@ std::string_view to_string(WorkloadKind value) {
 }
 std::string_view to_string(PushPullMode value) {
   return enum_text<PushPullMode>(kPushPullNames, value);
+}
+std::string_view to_string(Balancing value) {
+  return enum_text<Balancing>(kBalancingNames, value);
 }
 std::string_view to_string(ShardingKind value) {
   return enum_text<ShardingKind>(kShardingNames, value);

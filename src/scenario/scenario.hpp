@@ -22,6 +22,7 @@ enum class StagingNaming { kPerRank, kLegacyKeyOnly };
 enum class WorkloadKind { kSynthetic, kMlp };
 enum class ShardingKind { kIid, kDirichlet };
 enum class PushPullMode { kSeparate, kFused };
+enum class Balancing { kHash, kLb };
 
 struct LinkSpec {
   double bandwidth_Bps = 0;
@@ -141,6 +142,14 @@ struct SimConfig {
   std::string network_model = "simgrid";
 };
 
+// ps.balancing = "lb": the scheduler's load balancer (src/ps/load_balancer.hpp, docs/FPT.md).
+struct LbConfig {
+  Balancing balancing = Balancing::kHash;  // ps.balancing; hash: ps.key_hash decides, as in BytePS
+  std::vector<std::uint64_t> probe_at;     // iterations run in the probe state on request (0 always is)
+  double rebalance_threshold = 0.02;       // keep a decision unless a new one is predicted this much faster
+  std::vector<std::uint64_t> missing_measurements;  // fault: servers report no measurement in these
+};
+
 struct FaultsConfig {
   double scheduler_start_delay_s = 0;  // start the scheduler late (tests the connect timeout)
 };
@@ -161,6 +170,7 @@ struct Scenario {
   OutputConfig output;
   SimConfig sim;
   FaultsConfig faults;
+  LbConfig lb;
 
   std::string source_path;  // the file it was loaded from ("" if built in code)
   std::vector<std::pair<std::string, std::string>> overrides;  // --set FIELD=VALUE, in order
@@ -205,5 +215,6 @@ std::string_view to_string(StagingNaming value);
 std::string_view to_string(WorkloadKind value);
 std::string_view to_string(ShardingKind value);
 std::string_view to_string(PushPullMode value);
+std::string_view to_string(Balancing value);
 
 }  // namespace pstwin
