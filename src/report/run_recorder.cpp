@@ -180,12 +180,16 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
   }
   // Shares proportional to bandwidth finish every server at once: n(1+c)M / (f sum B_j).
   const double server_term = n * (1 + c) * model / (f * servers_bandwidth);
+  // A shared switch (cluster.switch_bandwidth) carries every push and pull whatever the split.
+  const double switch_Bps = sc.cluster.switch_bandwidth_Bps;
+  const double switch_term = switch_Bps > 0 ? 2 * n * (1 + c) * model / (f * switch_Bps) : 0;
   Bound result;
-  result.time_s =
-      sc.workload.compute_s + std::max(worker_term, server_term) + 4 * latency_factor * min_latency;
+  result.time_s = sc.workload.compute_s + std::max({worker_term, server_term, switch_term}) +
+                  4 * latency_factor * min_latency;
   std::ostringstream why;
-  why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)) + 4*lf*L (the best split of the "
-         "model over the servers: shares proportional to bandwidth); n="
+  why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)"
+      << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "")
+      << ") + 4*lf*L (the best split of the model over the servers: shares proportional to bandwidth); n="
       << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
       << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency << " s";
   result.formula = why.str();
