@@ -101,15 +101,17 @@ bool Server::accept_routed(const Message& message, const LbDecision& decision) {
   const auto& h = message.header;
   const auto index = workload_.index_of(h.key);
   observer_.request_routed(rt_.self(), h.sender, h.key, h.iteration);
-  if (decision.owner[index] != rank_) {
-    rt_.fail("server " + std::to_string(rank_) + " got a " + std::string(command_name(h.command)) +
+  // The rank the scheduler assigned (rank_ is -1 for a real node that asked for none).
+  const int rank = rank_of(rt_.self());
+  if (decision.owner[index] != rank) {
+    rt_.fail("server " + std::to_string(rank) + " got a " + std::string(command_name(h.command)) +
              " from node " + std::to_string(h.sender) + " for key " + std::to_string(h.key) + ", iteration " +
              std::to_string(h.iteration) + ", which decision " + std::to_string(decision.version) +
              " gives to server " + std::to_string(decision.owner[index]));
     return false;
   }
   if (!carries_push(h.command)) return true;
-  const auto expected = decision.partitions_of(rank_) * static_cast<std::uint64_t>(workload_.workers());
+  const auto expected = decision.partitions_of(rank) * static_cast<std::uint64_t>(workload_.workers());
   if (++pushes_routed_[h.iteration] == expected) {
     pushes_routed_.erase(h.iteration);
     LbReport report = monitor_.take(h.iteration);
