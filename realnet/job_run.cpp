@@ -169,9 +169,10 @@ std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<Node
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_host;
   for (const auto& part : parts) {
     if (part.rank < 0 && part.role != Role::kScheduler) continue;  // never joined: no host
-    const std::string host = part.role == Role::kScheduler ? sc.scheduler_host_name()
-                             : part.role == Role::kServer  ? sc.server_host_name(part.rank)
-                                                           : sc.worker_host_name(part.rank);
+    const std::string host = part.role == Role::kScheduler   ? sc.scheduler_host_name()
+                             : part.role == Role::kServer    ? sc.server_host_name(part.rank)
+                             : part.role == Role::kValidator ? sc.validator_host_name(part.rank)
+                                                             : sc.worker_host_name(part.rank);
     by_host[host].first += part.bytes_sent;
     by_host[host].second += part.bytes_received;
   }
@@ -347,12 +348,15 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
                    "DMLC_NUM_WORKER=" + std::to_string(sc.roles.workers),
                    "DMLC_NUM_SERVER=" + std::to_string(sc.roles.servers), "PS_VERBOSE=0",
                    "BYTEPS_FORCE_DISTRIBUTED=1", "DMLC_PS_VAN_TYPE=" + std::string(van_name(options.van))});
+  if (sc.roles.validators > 0)
+    base_env.push_back("DMLC_NUM_VALIDATOR=" + std::to_string(sc.roles.validators));
 
   struct Spec {
     std::string name;
     std::string role;
     std::string host;  // scenario host: its namespace with --netns
     int worker_id = -1;
+    int validator_id = -1;
   };
   std::vector<Spec> specs{{"scheduler", "scheduler", sc.scheduler_host_name()}};
   // A server's rank comes from the scheduler: the file is named by spawn order.
@@ -360,6 +364,8 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     specs.push_back({"server" + std::to_string(s), "server", sc.server_host_name(s)});
   for (int w = 0; w < sc.roles.workers; ++w)
     specs.push_back({"worker" + std::to_string(w), "worker", sc.worker_host_name(w), w});
+  for (int v = 0; v < sc.roles.validators; ++v)
+    specs.push_back({"validator" + std::to_string(v), "worker", sc.validator_host_name(v), -1, v});
 
   const std::filesystem::path dir(options.parts_dir);
   log("scheduler on " + root_uri + ":" + std::to_string(port) + ", node reports and logs in " +
@@ -371,6 +377,9 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     std::vector<std::string> env = base_env;
     env.push_back("DMLC_ROLE=" + spec.role);
     if (spec.worker_id >= 0) env.push_back("DMLC_WORKER_ID=" + std::to_string(spec.worker_id));
+    if (spec.validator_id >= 0)
+      env.insert(env.end(),
+                 {"DMLC_WORKER_TYPE=validator", "DMLC_VALIDATOR_ID=" + std::to_string(spec.validator_id)});
     if (cluster) env.push_back("DMLC_NODE_HOST=" + cluster->host(spec.host).address);
     std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
                                   (dir / (spec.name + ".json")).string()};

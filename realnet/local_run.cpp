@@ -11,7 +11,7 @@
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
 #include "report/run_observers.hpp"
-#include "train/ps_training.hpp"
+#include "zeno/robust_training.hpp"
 
 namespace pstwin::realnet {
 
@@ -19,7 +19,7 @@ namespace pstwin::realnet {
 // Not modelled yet: scheduler start delay, start/executor/delivery jitter (perturbation.*).
 RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  RunObservers observers(sc, train::make_training(sc));
+  RunObservers observers(sc, zeno::make_training(sc));
   LockedObserver observer(observers.fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
@@ -42,6 +42,11 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     auto& node = add("worker " + std::to_string(r));
     node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
                                          observers.workload, observers.training.get()));
+  }
+  for (int r = 0; r < sc.roles.validators; ++r) {
+    auto& node = add("validator " + std::to_string(r));
+    node.attach(observers.training->validator(NodeContext{node, sc, observer, scheduler_address}, r,
+                                              observers.workload));
   }
   for (auto& node : nodes) node->start();
   if (options.on_started) {

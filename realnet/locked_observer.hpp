@@ -44,6 +44,14 @@ class LockedObserver final : public RunObserver {
     std::lock_guard lock(mutex_);
     target_.final_store(server, key, store);
   }
+  void tag_checked(NodeId node, bool ok, const std::string& why) override {
+    std::lock_guard lock(mutex_);
+    target_.tag_checked(node, ok, why);
+  }
+  void candidate_judged(int validator, int worker, std::uint32_t iteration, bool accepted) override {
+    std::lock_guard lock(mutex_);
+    target_.candidate_judged(validator, worker, iteration, accepted);
+  }
   void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
                       std::span<const float> params) override {
     std::lock_guard lock(mutex_);

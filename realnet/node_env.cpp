@@ -53,6 +53,7 @@ std::vector<std::pair<std::string, std::string>> NodeEnv::scenario_overrides() c
                                                        {"roles.servers", std::to_string(num_servers)}};
   if (partition_bytes) out.emplace_back("ps.partition_bytes", std::to_string(*partition_bytes));
   if (enable_async) out.emplace_back("ps.mode", *enable_async ? "async" : "sync");
+  if (num_validators > 0) out.emplace_back("roles.validators", std::to_string(num_validators));
   if (server_engine_threads)
     out.emplace_back("ps.server_engine_threads", std::to_string(*server_engine_threads));
   return out;
@@ -65,6 +66,9 @@ const std::vector<std::string>& node_env_variables() {
                                               "DMLC_NUM_WORKER",
                                               "DMLC_NUM_SERVER",
                                               "DMLC_WORKER_ID",
+                                              "DMLC_NUM_VALIDATOR",
+                                              "DMLC_WORKER_TYPE",
+                                              "DMLC_VALIDATOR_ID",
                                               "DMLC_NODE_HOST",
                                               "BYTEPS_PARTITION_BYTES",
                                               "BYTEPS_ENABLE_ASYNC",
@@ -99,6 +103,29 @@ NodeEnv parse_node_env(const Env& env) {
                                              kMaxNodes, "a number of workers >= 1"));
   out.num_servers = static_cast<int>(integer("DMLC_NUM_SERVER", required(env, "DMLC_NUM_SERVER", "1"), 1,
                                              kMaxNodes, "a number of servers >= 1"));
+  // ZenoPS: a validator is launched as DMLC_ROLE=worker with DMLC_WORKER_TYPE=validator.
+  if (const auto* v = find(env, "DMLC_NUM_VALIDATOR"); v != nullptr && !v->empty())
+    out.num_validators =
+        static_cast<int>(integer("DMLC_NUM_VALIDATOR", *v, 0, out.num_workers,
+                                 "a number of validators 0.." + std::to_string(out.num_workers) +
+                                     " (at most DMLC_NUM_WORKER), e.g. 1"));
+  if (const auto* type = find(env, "DMLC_WORKER_TYPE"); type != nullptr && !type->empty()) {
+    if (*type == "validator") {
+      if (out.role != Role::kWorker)
+        bad("DMLC_WORKER_TYPE", *type, "unset (or \"worker\") unless DMLC_ROLE=worker");
+      if (out.num_validators == 0)
+        bad("DMLC_WORKER_TYPE", *type, "DMLC_NUM_VALIDATOR >= 1 too: the job has no validators");
+      out.role = Role::kValidator;
+      const std::string& id = required(env, "DMLC_VALIDATOR_ID", "0");
+      out.validator_id =
+          static_cast<int>(integer("DMLC_VALIDATOR_ID", id, 0, out.num_validators - 1,
+                                   "a validator rank 0.." + std::to_string(out.num_validators - 1) +
+                                       " (DMLC_NUM_VALIDATOR=" + std::to_string(out.num_validators) +
+                                       "), distinct for each validator"));
+    } else if (*type != "worker") {
+      bad("DMLC_WORKER_TYPE", *type, "\"validator\" or \"worker\"");
+    }
+  }
   if (out.role == Role::kWorker) {
     const std::string& id = required(env, "DMLC_WORKER_ID", "0");
     out.worker_id = static_cast<int>(integer("DMLC_WORKER_ID", id, 0, out.num_workers - 1,

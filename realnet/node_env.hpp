@@ -24,12 +24,15 @@ class NodeEnvError : public ScenarioError {
 };
 
 struct NodeEnv {
-  Role role = Role::kScheduler;                  // DMLC_ROLE (required)
-  std::string root_uri;                          // DMLC_PS_ROOT_URI (required): the scheduler's address
-  int root_port = 0;                             // DMLC_PS_ROOT_PORT (required)
-  int num_workers = 0;                           // DMLC_NUM_WORKER (required)
-  int num_servers = 0;                           // DMLC_NUM_SERVER (required)
-  int worker_id = -1;                            // DMLC_WORKER_ID (required for workers, ignored otherwise)
+  Role role =
+      Role::kScheduler;    // DMLC_ROLE (required); DMLC_WORKER_TYPE=validator makes a worker a validator
+  std::string root_uri;    // DMLC_PS_ROOT_URI (required): the scheduler's address
+  int root_port = 0;       // DMLC_PS_ROOT_PORT (required)
+  int num_workers = 0;     // DMLC_NUM_WORKER (required)
+  int num_servers = 0;     // DMLC_NUM_SERVER (required)
+  int worker_id = -1;      // DMLC_WORKER_ID (required for workers, ignored otherwise)
+  int num_validators = 0;  // DMLC_NUM_VALIDATOR (ZenoPS; default 0)
+  int validator_id = -1;   // DMLC_VALIDATOR_ID (required with DMLC_ROLE=worker DMLC_WORKER_TYPE=validator)
   std::string node_host = "127.0.0.1";           // DMLC_NODE_HOST: bound and advertised by servers/workers
   std::optional<std::uint64_t> partition_bytes;  // BYTEPS_PARTITION_BYTES
   std::optional<bool> enable_async;              // BYTEPS_ENABLE_ASYNC

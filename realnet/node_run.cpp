@@ -19,7 +19,7 @@
 #include "realnet/loop_runtime.hpp"
 #include "realnet/shm_staging.hpp"
 #include "report/accuracy_recorder.hpp"
-#include "train/ps_training.hpp"
+#include "zeno/robust_training.hpp"
 
 namespace pstwin::realnet {
 namespace {
@@ -120,6 +120,8 @@ std::string label_of(const NodeEnv& env) {
       return "scheduler";
     case Role::kServer:
       return "server";  // its rank comes from the scheduler
+    case Role::kValidator:
+      return "validator " + std::to_string(env.validator_id);
     default:
       return "worker " + std::to_string(env.worker_id);
   }
@@ -138,7 +140,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   SyntheticWorkload workload(sc);
   InvariantChecker checker(sc, workload);
   NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
-  const auto training = env.role == Role::kScheduler ? nullptr : train::make_training(sc);
+  const auto training = env.role == Role::kScheduler ? nullptr : zeno::make_training(sc);
   AccuracyRecorder accuracy;
   ObserverFanout fanout({&checker, &stats, &accuracy});
   LockedObserver observer(fanout);
@@ -158,6 +160,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       break;
     case Role::kServer:
       protocol = std::make_unique<Server>(context, -1, workload, training.get());
+      break;
+    case Role::kValidator:
+      if (!training)
+        throw NodeEnvError(
+            "DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
+      protocol = training->validator(context, env.validator_id, workload);
       break;
     default:
       protocol = std::make_unique<Worker>(context, env.worker_id, workload, training.get());

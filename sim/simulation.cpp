@@ -16,7 +16,7 @@
 #include "ps/worker.hpp"
 #include "report/run_observers.hpp"
 #include "sim/cluster.hpp"
-#include "train/ps_training.hpp"
+#include "zeno/robust_training.hpp"
 
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
@@ -68,7 +68,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   }
   Platform platform = build_platform(sc);
 
-  RunObservers observers(sc, train::make_training(sc));
+  RunObservers observers(sc, zeno::make_training(sc));
   RunObserver& observer = observers.fanout;
   Cluster cluster(sc, platform);
 
@@ -89,6 +89,13 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
     auto& node = cluster.add_node("worker " + std::to_string(r), address_of("worker", r, host), host);
     node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
                                          observers.workload, observers.training.get()));
+    started.push_back(&node);
+  }
+  for (int r = 0; r < sc.roles.validators; ++r) {
+    const auto host = sc.validator_host_name(r);
+    auto& node = cluster.add_node("validator " + std::to_string(r), address_of("validator", r, host), host);
+    node.attach(observers.training->validator(NodeContext{node, sc, observer, scheduler_address}, r,
+                                              observers.workload));
     started.push_back(&node);
   }
   for (auto* node : started) {

@@ -15,6 +15,10 @@ inline constexpr int kWorkerGroup = 4;
 inline constexpr int kValidatorGroup = 8;
 inline constexpr int kAllGroups = kSchedulerGroup | kServerGroup | kWorkerGroup | kValidatorGroup;
 inline constexpr NodeId kValidatorIdBase = 1 << 20;
+// MessageHeader::app_id of the ZenoPS flow (customer_id then carries the worker or validator rank):
+// server -> validator: a worker's push to judge; validator -> server: its weighted sum for one key.
+inline constexpr std::uint16_t kCandidateApp = 1;
+inline constexpr std::uint16_t kVerdictApp = 2;
 
 constexpr NodeId server_id(int rank) {
   return 2 * rank + 8;

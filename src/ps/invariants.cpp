@@ -96,6 +96,11 @@ void InvariantChecker::final_store(NodeId server, std::uint64_t key, const Paylo
   check_sum("final store", server, key, static_cast<std::uint32_t>(workload_.iterations() - 1), store, true);
 }
 
+void InvariantChecker::tag_checked(NodeId /*node*/, bool ok, const std::string& why) {
+  count_check("tags");
+  if (!ok) add({"tags", why});
+}
+
 void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_t iteration,
                                      const Payload& value) {
   if (!scenario_.invariants.sync_identical || scenario_.ps.mode != TrainingMode::kSync || value.is_phantom())

@@ -4,7 +4,9 @@
 //  - updates: no push applied twice, none lost;
 //  - sync_identical: in sync mode all workers pulled identical values for each key and iteration;
 //  - routing (ps.balancing = "lb"): every node holds the same decision for an iteration, and every push
-//    and pull reached the server that decision names (FPT v2.5 sent packets to a former owner).
+//    and pull reached the server that decision names (FPT v2.5 sent packets to a former owner);
+//  - tags (ZenoPS): every message between servers and validators fills one open (round, worker,
+//    tensor) slot exactly once; a second or stray one is refused, never overwrites.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,7 @@ class InvariantChecker final : public RunObserver {
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
   void lb_decision(NodeId node, const LbDecision& decision) override;
   void request_routed(NodeId receiver, NodeId sender, std::uint64_t key, std::uint32_t iteration) override;
+  void tag_checked(NodeId node, bool ok, const std::string& why) override;
 
   // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
   void finish(bool run_completed);

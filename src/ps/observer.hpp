@@ -32,6 +32,11 @@ class RunObserver {
                               Seconds /*end*/) {}
   // Async mode, at shutdown: the final value of a key's store.
   virtual void final_store(NodeId /*server*/, std::uint64_t /*key*/, const Payload& /*store*/) {}
+  // ZenoPS tags: a message matched an open (round, worker, tensor) slot (ok), or was refused (why).
+  virtual void tag_checked(NodeId /*node*/, bool /*ok*/, const std::string& /*why*/) {}
+  // A validator's decision on worker `worker`'s update of round `iteration`.
+  virtual void candidate_judged(int /*validator*/, int /*worker*/, std::uint32_t /*iteration*/,
+                                bool /*accepted*/) {}
   // workload.kind = "mlp": worker 0's parameters after `iterations` iterations, `at` seconds after its
   // first iteration began (evaluated later, outside the timed run).
   virtual void model_snapshot(int /*worker_rank*/, std::uint32_t /*iterations*/, Seconds /*at*/,
@@ -73,6 +78,12 @@ class ObserverFanout final : public RunObserver {
   }
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override {
     for (auto* t : targets_) t->final_store(server, key, store);
+  }
+  void tag_checked(NodeId node, bool ok, const std::string& why) override {
+    for (auto* t : targets_) t->tag_checked(node, ok, why);
+  }
+  void candidate_judged(int validator, int worker, std::uint32_t iteration, bool accepted) override {
+    for (auto* t : targets_) t->candidate_judged(validator, worker, iteration, accepted);
   }
   void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
                       std::span<const float> params) override {

@@ -12,7 +12,8 @@ Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& ob
       scenario_(scenario),
       observer_(observer),
       expected_servers_(scenario.roles.servers),
-      expected_workers_(scenario.roles.workers) {
+      expected_workers_(scenario.roles.workers),
+      expected_validators_(scenario.roles.validators) {
   if (scenario.lb.balancing == Balancing::kLb) {
     partitions_ = partition_tensors(scenario.declared_tensor_bytes(), scenario.ps.partition_bytes,
                                     scenario.roles.servers, scenario.ps.key_hash);
@@ -94,25 +95,31 @@ void Scheduler::on_register(const Message& message) {
       return;
     }
   }
-  const int want = info->role == Role::kServer ? expected_servers_ : expected_workers_;
-  if (info->role != Role::kServer && info->role != Role::kWorker) {
+  if (info->role == Role::kScheduler) {
     rt_.log("scheduler: ignoring registration of unsupported role " + std::string(role_name(info->role)));
     return;
   }
-  if (info->rank >= want) {
+  const int want = info->role == Role::kServer   ? expected_servers_
+                   : info->role == Role::kWorker ? expected_workers_
+                                                 : expected_validators_;
+  if (info->rank >= want || (want == 0 && info->role == Role::kValidator)) {
+    const char* variable = info->role == Role::kServer   ? "SERVER"
+                           : info->role == Role::kWorker ? "WORKER"
+                                                         : "VALIDATOR";
     rt_.fail(std::string(role_name(info->role)) + " at " + info->address + " registered with rank " +
              std::to_string(info->rank) + " but the job has only " + std::to_string(want) + " (DMLC_NUM_" +
-             (info->role == Role::kServer ? "SERVER" : "WORKER") + ")");
+             variable + ")");
     return;
   }
   registrations_.push_back(std::move(*info));
-  if (static_cast<int>(registrations_.size()) == expected_servers_ + expected_workers_) assign_ids();
+  if (static_cast<int>(registrations_.size()) == expected_servers_ + expected_workers_ + expected_validators_)
+    assign_ids();
 }
 
 void Scheduler::assign_ids() {
   // Requested ranks are honoured; the rest are handed out in address order, so the assignment does
   // not depend on which registration arrived first.
-  for (Role role : {Role::kServer, Role::kWorker}) {
+  for (Role role : {Role::kServer, Role::kWorker, Role::kValidator}) {
     std::vector<NodeInfo*> nodes;
     std::set<int> taken;
     for (auto& r : registrations_)
@@ -129,7 +136,9 @@ void Scheduler::assign_ids() {
         node->rank = next;
         taken.insert(next);
       }
-      node->id = role == Role::kServer ? server_id(node->rank) : worker_id(node->rank);
+      node->id = role == Role::kServer   ? server_id(node->rank)
+                 : role == Role::kWorker ? worker_id(node->rank)
+                                         : validator_id(node->rank);
     }
   }
   table_ = registrations_;
@@ -212,7 +221,7 @@ std::string Scheduler::describe_state() const {
   std::ostringstream out;
   if (table_.empty())
     out << "waiting for registrations: " << registrations_.size() << " of "
-        << expected_servers_ + expected_workers_;
+        << expected_servers_ + expected_workers_ + expected_validators_;
   else if (!shutting_down_)
     out << "running; " << workers_done_.size() << " of " << expected_workers_ << " workers done";
   else

@@ -40,6 +40,7 @@ class Scheduler final : public Node {
   RunObserver& observer_;
   int expected_servers_;
   int expected_workers_;
+  int expected_validators_;
   std::vector<NodeInfo> registrations_;  // in arrival order until ids are assigned
   std::vector<NodeInfo> table_;
   std::map<int, std::set<NodeId>> barrier_arrivals_;  // group mask -> nodes waiting

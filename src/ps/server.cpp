@@ -48,15 +48,35 @@ Server::KeyState& Server::key_state(std::uint64_t key, std::uint64_t bytes) {
   return it->second;
 }
 
-void Server::apply_gradients(KeyState& state, std::span<const std::shared_ptr<Payload>> gradients) const {
+void Server::apply_gradients(std::uint64_t key, KeyState& state,
+                             std::span<const std::shared_ptr<Payload>> gradients, std::uint32_t iteration,
+                             bool combine) const {
   std::vector<float> mean(state.velocity.size(), 0.0f);
-  for (const auto& gradient : gradients) {
-    if (gradient->size() != mean.size() * sizeof(float)) continue;  // refused by the caller
-    sum_into(mean, gradient->floats());
+  if (combine) {
+    std::vector<std::span<const float>> spans;
+    for (const auto& gradient : gradients)
+      if (gradient->size() == mean.size() * sizeof(float)) spans.push_back(gradient->floats());
+    training_->combine(key, spans, mean);
+  } else {
+    // Async pushes and validators' sums (already weighted) add up; async scales by 1 / workers.
+    for (const auto& gradient : gradients)
+      if (gradient->size() == mean.size() * sizeof(float)) sum_into(mean, gradient->floats());
+    if (scenario_.ps.mode == TrainingMode::kAsync) {
+      const auto workers = static_cast<float>(workload_.workers());
+      for (auto& value : mean) value /= workers;
+    }
   }
-  const auto workers = static_cast<float>(workload_.workers());
-  for (auto& value : mean) value /= workers;
-  training_->apply(state.store->floats(), mean, state.velocity);
+  training_->apply(state.store->floats(), mean, state.velocity, iteration);
+}
+
+void Server::apply_round(std::uint64_t key, KeyState& state, Round& round,
+                         std::vector<std::shared_ptr<Payload>>& inputs, std::uint32_t iteration,
+                         bool combine) const {
+  apply_gradients(key, state, inputs, iteration, combine);
+  inputs.clear();
+  round.bytes = state.store->size();
+  round.sum = std::make_shared<ByteBuffer>(state.store->size());
+  std::memcpy(round.sum->data(), state.store->data(), state.store->size());
 }
 
 namespace {
@@ -131,8 +151,17 @@ void Server::dispatch(Message message) {
     rt_.log("server: unexpected response from node " + std::to_string(message.header.sender));
     return;
   }
-  if (message.header.command == Command::kPush || message.header.command == Command::kPushPull) {
+  if (message.header.command == Command::kPush && training_ && scenario_.roles.validators > 0) {
+    validated_push(std::move(message));
+  } else if (message.header.command == Command::kPush || message.header.command == Command::kPushPull) {
     sync ? sync_push(std::move(message)) : async_push(std::move(message));
+  } else if (!sync && training_ && scenario_.roles.validators > 0) {
+    auto it = awaiting_verdict_.find(
+        std::make_tuple(rank_of(message.header.sender), message.header.key, message.header.iteration));
+    if (it != awaiting_verdict_.end() && role_of(message.header.sender) == Role::kWorker)
+      it->second = std::move(message);  // answered once the validator's decision is applied
+    else
+      async_pull(std::move(message));
   } else {
     sync ? sync_pull(std::move(message)) : async_pull(std::move(message));
   }
@@ -168,12 +197,8 @@ void Server::sync_push(Message message) {
     // The last push's task runs after every earlier one of this key (same lane, FIFO): it applies
     // the round, in rank order, and snapshots the parameters the round's pulls return.
     if (static_cast<int>(round.contributors.size()) == workload_.workers()) {
-      work = [this, &state, &round] {
-        apply_gradients(state, round.gradients);
-        round.gradients.clear();
-        round.bytes = state.store->size();
-        round.sum = std::make_shared<ByteBuffer>(state.store->size());
-        std::memcpy(round.sum->data(), state.store->data(), state.store->size());
+      work = [this, &state, &round, key, iteration] {
+        apply_round(key, state, round, round.gradients, iteration, true);
       };
     }
   } else {
@@ -212,6 +237,112 @@ void Server::sync_push(Message message) {
   engine_.submit(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done));
 }
 
+// ZenoPS: a worker's push goes to validator (worker rank % validators), tagged (round = iteration,
+// worker = customer_id, tensor = key); a validator's push (app_id kVerdictApp) carries its weighted
+// sum for one key and round. Sync: the round is applied once every validator's sum is in; async:
+// each sum is applied on arrival.
+void Server::validated_push(Message message) {
+  const auto key = message.header.key;
+  const auto iteration = message.header.iteration;
+  const bool sync = scenario_.ps.mode == TrainingMode::kSync;
+  const bool rejected =
+      message.payload.empty() && role_of(message.header.sender) == Role::kValidator && !sync;
+  if (message.payload.size() != workload_.partition(key).bytes && !rejected) {
+    rt_.fail("server " + std::to_string(rank_) + ": node " + std::to_string(message.header.sender) +
+             " pushed " + std::to_string(message.payload.size()) + " bytes for key " + std::to_string(key) +
+             ", expected " + std::to_string(workload_.partition(key).bytes));
+    return;
+  }
+  auto& state = key_state(key, message.payload.size());
+  if (role_of(message.header.sender) == Role::kWorker) {
+    const int worker = rank_of(message.header.sender);
+    Round& round = state.rounds[iteration];
+    if (std::find(round.contributors.begin(), round.contributors.end(), worker) != round.contributors.end()) {
+      observer_.duplicate_push(rt_.self(), worker, key, iteration);
+      reply(message);
+      return;
+    }
+    round.contributors.push_back(worker);
+    if (!sync && static_cast<int>(round.contributors.size()) == workload_.workers())
+      state.rounds.erase(iteration);  // async keeps rounds only to refuse duplicates
+    MessageHeader fields = message.header;
+    fields.app_id = kCandidateApp;
+    fields.customer_id = static_cast<std::uint16_t>(worker);
+    const NodeId validator = validator_id(worker % scenario_.roles.validators);
+    const int copies = scenario_.zeno.duplicate_candidates ? 2 : 1;
+    for (int c = 0; c < copies; ++c) send_to(validator, Command::kPush, fields, message.payload);
+    observer_.push_applied(rt_.self(), worker, key, iteration);
+    message.payload = Payload{};
+    // Async: the worker's pull of this key waits for the validator's decision, so workers go no
+    // faster than their updates are judged (else they would finish while a backlog waits unjudged).
+    if (!sync) awaiting_verdict_.try_emplace(std::make_tuple(worker, key, iteration));
+    reply(message);
+    return;
+  }
+  const int validator = rank_of(message.header.sender);
+  if (role_of(message.header.sender) != Role::kValidator || message.header.app_id != kVerdictApp) {
+    observer_.tag_checked(rt_.self(), false,
+                          "server " + std::to_string(rank_) + " got a push from node " +
+                              std::to_string(message.header.sender) +
+                              " that is neither a worker's nor a "
+                              "validator's sum");
+    return;
+  }
+  auto payload = std::make_shared<Payload>(std::move(message.payload));
+  message.payload = Payload{};
+  if (!sync) {
+    // Async: the validator's step for one worker's update (empty: rejected), then that push's ack.
+    auto pending = awaiting_verdict_.extract(
+        std::make_tuple(static_cast<int>(message.header.customer_id), key, iteration));
+    observer_.tag_checked(
+        rt_.self(), !pending.empty(),
+        !pending.empty() ? std::string()
+                         : "server " + std::to_string(rank_) + ": validator " + std::to_string(validator) +
+                               " judged worker " + std::to_string(message.header.customer_id) + "'s key " +
+                               std::to_string(key) + " of round " + std::to_string(iteration) +
+                               ", which is not waiting (refused)");
+    if (pending.empty()) return;
+    std::function<void()> work;
+    if (!payload->empty())
+      work = [this, key, iteration, &state, payload] {
+        apply_gradients(key, state, std::span(&payload, 1), iteration, false);
+      };
+    auto done = [this, pull = std::move(pending.mapped())]() mutable {
+      if (pull) async_pull(std::move(*pull));
+    };
+    engine_.submit(state.lane, "aggregate", sum_cost(payload->size()), std::move(work), std::move(done));
+    return;
+  }
+  Round& round = state.rounds[iteration];
+  round.verdicts.resize(static_cast<std::size_t>(scenario_.roles.validators));
+  const bool fresh = !round.complete && !round.verdicts.at(static_cast<std::size_t>(validator));
+  observer_.tag_checked(rt_.self(), fresh,
+                        "server " + std::to_string(rank_) + ": validator " + std::to_string(validator) +
+                            " pushed key " + std::to_string(key) + " of round " + std::to_string(iteration) +
+                            " twice (second refused)");
+  if (!fresh) {
+    reply(message);
+    return;
+  }
+  round.verdicts[static_cast<std::size_t>(validator)] = payload;
+  std::function<void()> work;
+  if (++round.verdicts_in == scenario_.roles.validators) {
+    work = [this, &state, &round, key, iteration] {
+      apply_round(key, state, round, round.verdicts, iteration, false);
+    };
+  }
+  auto done = [this, request = std::move(message), &round, key, iteration]() mutable {
+    reply(request);
+    // The last sum's task applied the round: only its `done` (FIFO on the lane) completes it.
+    if (++round.verdicts_applied < scenario_.roles.validators) return;
+    round.complete = true;
+    observer_.aggregate_complete(rt_.self(), key, iteration, Payload::adopt(round.sum));
+    auto waiting = std::move(round.waiting_pulls);
+    for (const auto& pull : waiting) answer_sync_pull(pull, round, key, iteration);
+  };
+  engine_.submit(state.lane, "aggregate", sum_cost(payload->size()), std::move(work), std::move(done));
+}
+
 void Server::sync_pull(Message message) {
   const auto key = message.header.key;
   const auto iteration = message.header.iteration;
@@ -228,7 +359,8 @@ void Server::answer_sync_pull(const Message& request, Round& round, std::uint64_
                               std::uint32_t iteration) {
   // Zero-copy: every pull of a finished round shares the one aggregate buffer.
   reply(request, round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
-  if (++round.pulls_answered == workload_.workers()) keys_[key].rounds.erase(iteration);
+  if (++round.pulls_answered == workload_.workers() + scenario_.roles.validators)
+    keys_[key].rounds.erase(iteration);
 }
 
 void Server::async_push(Message message) {
@@ -255,7 +387,9 @@ void Server::async_push(Message message) {
                std::to_string(state.store_bytes));
       return;
     }
-    work = [this, &state, payload] { apply_gradients(state, std::span(&payload, 1)); };
+    work = [this, key, iteration, &state, payload] {
+      apply_gradients(key, state, std::span(&payload, 1), iteration, false);
+    };
   }
   message.payload = Payload{};
   // Fused push_pull: the reply carries the store as this push left it, snapshotted on the lane.

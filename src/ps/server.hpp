@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "core/payload.hpp"
@@ -40,6 +42,9 @@ class Server final : public PsNode {
     std::vector<int> contributors;  // worker ranks, to refuse a second push in one round
     std::vector<Message> waiting_pulls;
     std::vector<std::shared_ptr<Payload>> gradients;  // training: by worker rank, until applied
+    std::vector<std::shared_ptr<Payload>> verdicts;   // validators' sums, by validator rank
+    int verdicts_in = 0;
+    int verdicts_applied = 0;
     int pulls_answered = 0;
     bool complete = false;
   };
@@ -66,10 +71,19 @@ class Server final : public PsNode {
   void sync_pull(Message message);
   void answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
   void async_push(Message message);
+  void validated_push(Message message);
   void async_pull(Message message);
   ComputeCost sum_cost(std::uint64_t bytes) const;
-  // Training, on the key's lane: the mean of `gradients` (summed in rank order) applied to the store.
-  void apply_gradients(KeyState& state, std::span<const std::shared_ptr<Payload>> gradients) const;
+  // Training, on the key's lane: `gradients` applied to the store: combined by the training model's
+  // rule (sync, no validators), else summed in order (async: divided by the number of workers).
+  void apply_gradients(std::uint64_t key, KeyState& state,
+                       std::span<const std::shared_ptr<Payload>> gradients, std::uint32_t iteration,
+                       bool combine) const;
+  // Sync training, on the key's lane: applies `inputs` (then drops them) and snapshots the parameters
+  // the round's pulls return.
+  void apply_round(std::uint64_t key, KeyState& state, Round& round,
+                   std::vector<std::shared_ptr<Payload>>& inputs, std::uint32_t iteration,
+                   bool combine) const;
 
   const SyntheticWorkload& workload_;
   const TrainingModel* training_;
@@ -80,6 +94,9 @@ class Server final : public PsNode {
   BandwidthMonitor monitor_;                              // lb only
   std::map<std::uint32_t, std::vector<Message>> held_;    // lb: requests that overtook their decision
   std::map<std::uint32_t, std::uint64_t> pushes_routed_;  // lb: per iteration, to know when to report
+  // Async with validators: pushes not yet judged, by (worker, key, round), with the worker's pull
+  // once it comes (answered after the validator's decision is applied).
+  std::map<std::tuple<int, std::uint64_t, std::uint32_t>, std::optional<Message>> awaiting_verdict_;
 };
 
 }  // namespace pstwin

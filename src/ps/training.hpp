@@ -5,11 +5,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "ps/ps_node.hpp"
+
 namespace pstwin {
+
+class SyntheticWorkload;
 
 // One worker's source of gradients: its data shard and minibatch stream.
 class GradientSource {
@@ -27,9 +32,19 @@ class TrainingModel {
   // Offset in floats of declared tensor `tensor` within the flat parameter buffer.
   virtual std::size_t tensor_offset(int tensor) const = 0;
   virtual std::unique_ptr<GradientSource> worker(int rank) const = 0;
-  // SGD with momentum and weight decay on one slice of the model (its own velocity slice).
-  virtual void apply(std::span<float> params, std::span<const float> grad,
-                     std::span<float> velocity) const = 0;
+  // SGD with momentum and weight decay on one slice of the model (its own velocity slice), at the
+  // learning rate of round `iteration` (train.lr_schedule).
+  virtual void apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity,
+                     std::uint32_t iteration) const = 0;
+  // Sync servers without validators: one key's gradients (in worker-rank order) into `out`. The
+  // default is their mean, summed in rank order; src/zeno overrides it with zeno.rule.
+  virtual void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
+                       std::span<float> out) const;
+  // The ZenoPS validator of rank `rank` (src/zeno), or null when this model has none.
+  virtual std::unique_ptr<Node> validator(NodeContext /*context*/, int /*rank*/,
+                                          const SyntheticWorkload& /*workload*/) const {
+    return nullptr;
+  }
   // Fraction of the test set classified correctly with `params`.
   virtual double test_accuracy(std::span<const float> params) const = 0;
 };

@@ -11,6 +11,7 @@
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
 #include "report/run_report.hpp"
+#include "report/validation_recorder.hpp"
 
 namespace pstwin {
 
@@ -18,7 +19,7 @@ class RunObservers {
  public:
   // `model`: train::make_training(sc), null for the synthetic workload (pstwin_core cannot build it).
   RunObservers(const Scenario& sc, std::unique_ptr<TrainingModel> model)
-      : workload(sc), checker(sc, workload), recorder(sc, workload), training(std::move(model)) {}
+      : sc_(sc), workload(sc), checker(sc, workload), recorder(sc, workload), training(std::move(model)) {}
   RunObservers(const RunObservers&) = delete;
   RunObservers& operator=(const RunObservers&) = delete;
 
@@ -29,6 +30,7 @@ class RunObservers {
     if (!report.completed) checker.add({"run", report.failure});
     recorder.fill(report);
     if (training) report.accuracy = accuracy.evaluate(*training);
+    if (sc_.roles.validators > 0) report.validation = validation.summary();
   }
   // Last, once nothing adds a check any more.
   void fold_invariants(RunReport& report) const {
@@ -38,12 +40,14 @@ class RunObservers {
     report.invariant_tallies = checker.tallies();
   }
 
+  const Scenario& sc_;
   SyntheticWorkload workload;
   InvariantChecker checker;
   RunRecorder recorder;
   std::unique_ptr<TrainingModel> training;  // null: synthetic workload
   AccuracyRecorder accuracy;
-  ObserverFanout fanout{{&checker, &recorder, &accuracy}};
+  ValidationRecorder validation;
+  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation}};
 };
 
 }  // namespace pstwin

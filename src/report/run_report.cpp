@@ -101,6 +101,14 @@ nlohmann::ordered_json to_json(const RunReport& r) {
                               {"note", r.emulation->note}};
   j["model_digest"] = r.model_digest;
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
+  if (r.validation) {
+    auto& v = j["validation"];
+    v["judged"] = r.validation->judged;
+    v["accepted"] = r.validation->accepted;
+    v["per_worker"] = ordered_json::array();
+    for (const auto& [judged, accepted] : r.validation->per_worker)
+      v["per_worker"].push_back({judged, accepted});
+  }
   if (r.bound)
     j["bound"] = {
         {"time_s", r.bound->time_s}, {"achieved_s", r.bound->achieved_s}, {"formula", r.bound->formula}};
@@ -191,6 +199,12 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (!j.at("bound").is_null())
     r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
+  if (j.contains("validation")) {
+    const auto& v = j["validation"];
+    ValidationSummary summary{v.at("judged"), v.at("accepted"), {}};
+    for (const auto& w : v.at("per_worker")) summary.per_worker.emplace_back(w.at(0), w.at(1));
+    r.validation = summary;
+  }
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");
@@ -284,6 +298,9 @@ std::string summary_text(const RunReport& r) {
   if (r.accuracy)
     out << "  test accuracy: " << r.accuracy->final_accuracy << " after "
         << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations\n";
+  if (r.validation)
+    out << "  validators: " << r.validation->accepted << " of " << r.validation->judged
+        << " updates accepted\n";
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
   // The rate is the evidence for a race (crossed aggregates per aggregate), not only its existence.
   for (const auto& [name, t] : r.invariant_tallies)

@@ -78,6 +78,13 @@ nlohmann::ordered_json balancing_json(const BalancingReport& balancing);
 BalancingReport balancing_from_json(const nlohmann::json& json);
 AccuracyCurve accuracy_from_json(const nlohmann::json& json);
 
+// ZenoPS validators: how many workers' updates they judged and accepted, per worker rank.
+struct ValidationSummary {
+  std::uint64_t judged = 0;
+  std::uint64_t accepted = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> per_worker;  // (judged, accepted) by rank
+};
+
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
   int pid = 0;
@@ -103,7 +110,8 @@ struct RunReport {
   std::vector<LinkUsage> links;
   std::optional<NetworkEmulation> emulation;
   std::string model_digest;
-  std::optional<AccuracyCurve> accuracy;  // mlp runs only
+  std::optional<AccuracyCurve> accuracy;        // mlp runs only
+  std::optional<ValidationSummary> validation;  // runs with validators (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;
   std::vector<NodeInfo> nodes;

@@ -63,6 +63,8 @@ constexpr std::array<std::pair<Balancing, std::string_view>, 2> kBalancingNames{
     {{Balancing::kHash, "hash"}, {Balancing::kLb, "lb"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 2> kSimNetworkModels{"simgrid", "flow"};
+constexpr std::array<std::string_view, 2> kLrSchedules{"constant", "cosine"};
+constexpr std::array<std::string_view, 3> kZenoScalings{"rescale", "clip", "none"};
 
 template <typename E>
 std::string_view enum_text(EnumNames<E> names, E value) {
@@ -540,15 +542,16 @@ struct TensorSizesCodec {
   }
 };
 
-// Layer widths: an array of positive integers.
+// An array of integers >= min: layer widths (min 1), worker ranks (min 0).
 struct CountListCodec {
   static constexpr bool kWantsString = false;
   static constexpr bool kIsList = true;
   std::int64_t min = 1;
+  std::string_view example = "[784, 256, 128, 10]";
   std::string type() const { return "array of integers >= " + std::to_string(min); }
   std::vector<std::uint64_t> read(const Value& v) const {
     const auto* array = v.node.as_array();
-    if (array == nullptr) v.fail("expected an array of integers, e.g. [784, 256, 128, 10]");
+    if (array == nullptr) v.fail("expected an array of integers, e.g. " + std::string(example));
     std::vector<std::uint64_t> counts;
     for (std::size_t i = 0; i < array->size(); ++i) {
       const Value element = v.element(i, *array->get(i));
@@ -714,6 +717,13 @@ std::vector<Field> make_registry() {
                          "Server r runs on list[r % size]; empty: on h{(1 + r) % hosts}."));
   f.push_back(make_field("roles.worker_hosts", PSTWIN_MEMBER(roles.worker_hosts), kHostList,
                          "Worker r runs on list[r % size]; empty: on h{(1 + servers + r) % hosts}."));
+  f.push_back(make_field("roles.validators", PSTWIN_MEMBER(roles.validators), IntCodec{0},
+                         "ZenoPS validators (workload.kind = \"mlp\"): servers route each push to validator "
+                         "(worker rank % validators), which scores it with zeno.rule on its held-out shard; "
+                         "0: servers apply zeno.rule themselves, per key."));
+  f.push_back(make_field("roles.validator_hosts", PSTWIN_MEMBER(roles.validator_hosts), kHostList,
+                         "Validator r runs on list[r % size]; empty: on h{(1 + servers + workers + r) % "
+                         "hosts}."));
   // [ps]
   f.push_back(make_field("ps.mode", PSTWIN_MEMBER(ps.mode), EnumCodec<TrainingMode>{kModeNames},
                          "`sync`: each iteration aggregates every worker's push before anyone pulls; "
@@ -817,6 +827,74 @@ std::vector<Field> make_registry() {
                          "end (0: at the start and the end only); not charged to run time."));
   f.push_back(make_field("train.dataset", PSTWIN_MEMBER(train.dataset), StringCodec{},
                          "Directory of the Fashion-MNIST IDX files (Debian: dataset-fashion-mnist)."));
+  f.push_back(make_field("train.lr_schedule", PSTWIN_MEMBER(train.lr_schedule), ChoiceCodec{kLrSchedules},
+                         "`constant`, or `cosine`: from train.learning_rate at iteration 0 to learning_rate "
+                         "* train.lr_final at workload.iterations (the iteration is the push's round tag)."));
+  f.push_back(make_field("train.lr_final", PSTWIN_MEMBER(train.lr_final), RealCodec{0},
+                         "`cosine` only: the last learning rate as a fraction of train.learning_rate."));
+  // [zeno] and [attack]: issue 4 (docs/ZENO.md, docs/ROBUSTNESS.md)
+  f.push_back(make_field("zeno.rule", PSTWIN_MEMBER(zeno.rule), StringCodec{},
+                         "Aggregation rule: mean, median, trimmed-mean, krum, multi-krum, centered-clipping, "
+                         "zeno, zenops, zeno++ (docs/ZENO.md). zeno, zenops and zeno++ need validators."));
+  f.push_back(make_field("zeno.trim", PSTWIN_MEMBER(zeno.trim), IntCodec{0},
+                         "trimmed-mean: values dropped at each end of every coordinate."));
+  f.push_back(make_field("zeno.krum_byzantine", PSTWIN_MEMBER(zeno.krum_byzantine), IntCodec{0},
+                         "krum, multi-krum: f, the Byzantine candidates tolerated (needs n >= 2f + 3)."));
+  f.push_back(make_field("zeno.krum_select", PSTWIN_MEMBER(zeno.krum_select), IntCodec{1},
+                         "multi-krum: m, the best candidates averaged."));
+  f.push_back(
+      make_field("zeno.clip_tau", PSTWIN_MEMBER(zeno.clip_tau), RealCodec{0},
+                 "centered-clipping: radius (L2, gradient units); the centre is the last aggregate."));
+  f.push_back(make_field("zeno.clip_iterations", PSTWIN_MEMBER(zeno.clip_iterations), IntCodec{1},
+                         "centered-clipping: iterations L."));
+  f.push_back(make_field("zeno.gamma", PSTWIN_MEMBER(zeno.gamma), RealCodec{0},
+                         "zeno and zeno++: gamma, the trial step (learning-rate units)."));
+  f.push_back(make_field("zeno.rho", PSTWIN_MEMBER(zeno.rho), RealCodec{0},
+                         "zeno: rho, loss per squared update norm."));
+  f.push_back(make_field("zeno.drop", PSTWIN_MEMBER(zeno.drop), IntCodec{0},
+                         "zeno: b, the lowest-scored candidates dropped per validator."));
+  f.push_back(make_field("zeno.zenops_rho", PSTWIN_MEMBER(zeno.zenops_rho), RealCodec{0},
+                         "zenops: rho (dimensionless): accept needs <u,v> > rho ||v||^2."));
+  f.push_back(make_field("zeno.norm_bound", PSTWIN_MEMBER(zeno.norm_bound), RealCodec{0},
+                         "zenops: c: accept needs ||u||^2 < c ||v||^2."));
+  f.push_back(make_field("zeno.per_tensor", PSTWIN_MEMBER(zeno.per_tensor), BoolCodec{},
+                         "zenops: score each tensor on its own (false: the whole model)."));
+  f.push_back(make_field("zeno.local_steps", PSTWIN_MEMBER(zeno.local_steps), IntCodec{1},
+                         "zenops and zeno++: H, local SGD steps of the validator's reference v (its mean "
+                         "gradient over them)."));
+  f.push_back(make_field("zeno.zenopp_rho", PSTWIN_MEMBER(zeno.zenopp_rho), RealCodec{0},
+                         "zeno++: rho (learning-rate units)."));
+  f.push_back(make_field("zeno.epsilon", PSTWIN_MEMBER(zeno.epsilon), RealCodec{0},
+                         "zeno++: epsilon (squared gradient, summed over elements)."));
+  f.push_back(make_field("zeno.scaling", PSTWIN_MEMBER(zeno.scaling), ChoiceCodec{kZenoScalings},
+                         "zeno++: candidate scaled to ||v||: `rescale` always, `clip` only down, `none`."));
+  f.push_back(make_field("zeno.reverse_rejected", PSTWIN_MEMBER(zeno.reverse_rejected), BoolCodec{},
+                         "zeno++: apply a rejected update reversed and scaled (ZenoPS's behaviour)."));
+  f.push_back(make_field("zeno.refresh_every", PSTWIN_MEMBER(zeno.refresh_every), IntCodec{1},
+                         "zeno++ (async): k, judged updates between two fresh references v."));
+  f.push_back(make_field("zeno.validator_batch", PSTWIN_MEMBER(zeno.validator_batch), IntCodec{1},
+                         "Validator minibatch size (its reference v and Zeno's f_r)."));
+  f.push_back(make_field("zeno.validator_samples", PSTWIN_MEMBER(zeno.validator_samples), IntCodec{1},
+                         "Held-out training images per validator, taken before the workers' shards."));
+  f.push_back(make_field("zeno.duplicate_candidates", PSTWIN_MEMBER(zeno.duplicate_candidates), BoolCodec{},
+                         "Fault hook: servers forward every push to its validator twice (the tags must "
+                         "refuse the copy)."));
+  f.push_back(make_field("attack.kind", PSTWIN_MEMBER(attack.kind), StringCodec{},
+                         "none, sign-flip, gaussian, norm-matched, label-flip, bit-flip, alie, ipm "
+                         "(docs/ZENO.md)."));
+  f.push_back(make_field("attack.byzantine", PSTWIN_MEMBER(attack.byzantine), CountListCodec{0, "[0, 3, 5]"},
+                         "Ranks of the Byzantine workers, attacking every push."));
+  f.push_back(make_field("attack.probability", PSTWIN_MEMBER(attack.probability), RealCodec{0},
+                         "Instead of attack.byzantine: each worker's push of each iteration is attacked with "
+                         "this probability (ZenoPS: 0.2), drawn from the seed's stream \"zeno.attack\"."));
+  f.push_back(make_field("attack.scale", PSTWIN_MEMBER(attack.scale), RealCodec{0},
+                         "sign-flip: -scale * u; norm-matched: the norm over the honest one."));
+  f.push_back(make_field("attack.sigma", PSTWIN_MEMBER(attack.sigma), RealCodec{0}, "gaussian: sigma."));
+  f.push_back(make_field("attack.epsilon", PSTWIN_MEMBER(attack.epsilon), RealCodec{0}, "ipm: epsilon."));
+  f.push_back(make_field("attack.bit_rate", PSTWIN_MEMBER(attack.bit_rate), RealCodec{0},
+                         "bit-flip: share of elements whose bit 30 is flipped."));
+  f.push_back(make_field("attack.alie_z", PSTWIN_MEMBER(attack.alie_z), RealCodec{0},
+                         "alie: z; 0 derives it from the workers and the Byzantine count."));
   // [staging]
   f.push_back(make_field(
       "staging.enabled", PSTWIN_MEMBER(staging.enabled), BoolCodec{},
@@ -1177,6 +1255,7 @@ class Validator {
            "\"lb\" decides per iteration, which only sync mode has; set ps.mode = \"sync\" "
            "or ps.balancing = \"hash\"");
     if (s_.workload.kind == WorkloadKind::kMlp) check_train();
+    check_zeno();
   }
 
  private:
@@ -1252,6 +1331,37 @@ class Validator {
                               "); lower train.batch or roles.workers");
   }
 
+  // Rule and attack names and their own parameters are checked by src/zeno when the run is built.
+  void check_zeno() const {
+    const bool mlp = s_.workload.kind == WorkloadKind::kMlp;
+    if (s_.roles.validators > 0 && !mlp)
+      fail("roles.validators",
+           "validators score real gradients; set workload.kind = \"mlp\" or 0 validators");
+    if (s_.roles.validators > s_.roles.workers)
+      fail("roles.validators", "more validators than workers (roles.workers = " +
+                                   std::to_string(s_.roles.workers) + "); each needs at least one worker");
+    if (s_.roles.validators > 0 && s_.ps.push_pull == PushPullMode::kFused)
+      fail("roles.validators",
+           "validators need ps.push_pull = \"separate\" (a fused reply cannot wait for them)");
+    if (s_.zeno.rule != "mean" && !mlp) fail("zeno.rule", "needs workload.kind = \"mlp\"");
+    if (s_.attack.kind != "none" && !mlp) fail("attack.kind", "needs workload.kind = \"mlp\"");
+    if (s_.attack.probability > 1) fail("attack.probability", "must be in [0, 1], e.g. 0.2");
+    if (s_.attack.probability > 0 && !s_.attack.byzantine.empty())
+      fail("attack.probability", "attack.byzantine is set too; keep one (fixed attackers or a probability)");
+    for (std::size_t i = 0; i < s_.attack.byzantine.size(); ++i) {
+      const auto rank = s_.attack.byzantine[i];
+      if (rank >= static_cast<std::uint64_t>(s_.roles.workers))
+        fail("attack.byzantine", "rank " + std::to_string(rank) + " is not a worker (ranks 0.." +
+                                     std::to_string(s_.roles.workers - 1) + ")");
+      for (std::size_t j = 0; j < i; ++j)
+        if (s_.attack.byzantine[j] == rank)
+          fail("attack.byzantine", "rank " + std::to_string(rank) + " twice");
+    }
+    if (s_.attack.kind != "none" && s_.attack.byzantine.empty() && s_.attack.probability == 0)
+      fail("attack.kind", "no worker attacks: set attack.byzantine = [ranks] or attack.probability");
+    if (s_.train.lr_final > 1) fail("train.lr_final", "must be in [0, 1], a fraction of train.learning_rate");
+  }
+
   bool host_exists(std::string_view name) const {
     if (!name.starts_with('h')) return false;
     int index = -1;
@@ -1275,6 +1385,7 @@ class Validator {
     if (!s_.roles.scheduler_host.empty()) check_host("roles.scheduler_host", s_.roles.scheduler_host);
     for (const auto& host : s_.roles.server_hosts) check_host("roles.server_hosts", host);
     for (const auto& host : s_.roles.worker_hosts) check_host("roles.worker_hosts", host);
+    for (const auto& host : s_.roles.validator_hosts) check_host("roles.validator_hosts", host);
     for (const auto& [host, spec] : s_.cluster.host_links) {
       check_host(std::string(kLinksPath) + "." + host, host);
     }
@@ -1350,7 +1461,7 @@ std::vector<std::uint64_t> Scenario::declared_tensor_bytes() const {
 }
 
 int Scenario::host_count() const {
-  return cluster.hosts > 0 ? cluster.hosts : 1 + roles.servers + roles.workers;
+  return cluster.hosts > 0 ? cluster.hosts : 1 + roles.servers + roles.workers + roles.validators;
 }
 
 std::string Scenario::host_name(int index) const {
@@ -1371,6 +1482,12 @@ std::string Scenario::worker_host_name(int rank) const {
   const auto& hosts = roles.worker_hosts;
   if (!hosts.empty()) return hosts[static_cast<std::size_t>(rank) % hosts.size()];
   return host_name((1 + roles.servers + rank) % host_count());
+}
+
+std::string Scenario::validator_host_name(int rank) const {
+  const auto& hosts = roles.validator_hosts;
+  if (!hosts.empty()) return hosts[static_cast<std::size_t>(rank) % hosts.size()];
+  return host_name((1 + roles.servers + roles.workers + rank) % host_count());
 }
 
 Scenario parse_scenario(std::string_view toml_text, const std::string& source_name,

@@ -51,6 +51,9 @@ struct RolesConfig {
   std::string scheduler_host;
   std::vector<std::string> server_hosts;
   std::vector<std::string> worker_hosts;
+  // ZenoPS validators (src/zeno): 0 = none (servers aggregate with zeno.rule themselves).
+  int validators = 0;
+  std::vector<std::string> validator_hosts;
 };
 
 struct PsConfig {
@@ -93,6 +96,46 @@ struct TrainConfig {
   double dirichlet_alpha = 1.0;
   int eval_every = 50;  // test accuracy every this many iterations (0: only at the end)
   std::string dataset = "/usr/share/datasets/fashion-mnist";
+  std::string lr_schedule = "constant";  // constant | cosine (to learning_rate * lr_final at the end)
+  double lr_final = 0.1;
+};
+
+// [zeno]: the robust aggregation rule (issue 4) and its parameters, as src/zeno/rules.hpp names them.
+// With roles.validators = 0 servers apply the rule per key; otherwise validators apply it to whole updates.
+struct ZenoScenarioConfig {
+  std::string rule = "mean";
+  int trim = 1;            // trimmed-mean b
+  int krum_byzantine = 1;  // krum f
+  int krum_select = 1;     // multi-krum m
+  double clip_tau = 1.0;   // centered-clipping radius
+  int clip_iterations = 3;
+  double gamma = 0.1;   // zeno / zeno++ trial step
+  double rho = 0.0005;  // zeno
+  int drop = 1;         // zeno b
+  double zenops_rho = 0.0;
+  double norm_bound = 1.6;
+  bool per_tensor = true;
+  int local_steps = 1;  // H: the validator's reference is its mean gradient over H local SGD steps
+  double zenopp_rho = 0.001;
+  double epsilon = 0.1;
+  std::string scaling = "rescale";
+  bool reverse_rejected = false;
+  int refresh_every = 1;  // Zeno++ k: a fresh reference every k judged updates
+  int validator_batch = 64;
+  int validator_samples = 2000;
+  bool duplicate_candidates = false;  // fault hook: servers forward every candidate twice
+};
+
+// [attack]: Byzantine workers (src/zeno/attacks.hpp): a fixed set, or every push with a probability.
+struct AttackScenarioConfig {
+  std::string kind = "none";
+  std::vector<std::uint64_t> byzantine;  // worker ranks
+  double probability = 0;
+  double scale = 4.0;    // sign-flip and norm-matched
+  double sigma = 1.0;    // gaussian
+  double epsilon = 0.1;  // ipm
+  double bit_rate = 0.001;
+  double alie_z = 0;  // 0: derived from n and f
 };
 
 struct StagingConfig {
@@ -163,6 +206,8 @@ struct Scenario {
   PsConfig ps;
   WorkloadConfig workload;
   TrainConfig train;
+  ZenoScenarioConfig zeno;
+  AttackScenarioConfig attack;
   StagingConfig staging;
   PerturbationConfig perturbation;
   NetworkModelConfig network;
@@ -183,6 +228,7 @@ struct Scenario {
   std::string scheduler_host_name() const;
   std::string server_host_name(int rank) const;
   std::string worker_host_name(int rank) const;
+  std::string validator_host_name(int rank) const;
 };
 
 // Thrown for any scenario problem; what() names the file, line (when known), field, value and a fix.

@@ -1,5 +1,7 @@
 #include "train/ps_training.hpp"
 
+#include <cmath>
+#include <numbers>
 #include <string>
 
 #include "train/idx_dataset.hpp"
@@ -62,6 +64,8 @@ const ShardSet& MlpTraining::shards() const {
     const ImageDataset& data = load(scenario_, Split::kTrain);
     ShardConfig config{
         .workers = scenario_.roles.workers,
+        .validators = scenario_.roles.validators,
+        .validator_samples = static_cast<std::size_t>(scenario_.zeno.validator_samples),
         .kind = scenario_.train.sharding == ShardingKind::kIid ? ShardKind::kIid : ShardKind::kDirichlet,
         .alpha = scenario_.train.dirichlet_alpha,
         .min_worker_samples = static_cast<std::size_t>(scenario_.train.batch),
@@ -89,9 +93,30 @@ std::unique_ptr<GradientSource> MlpTraining::worker(int rank) const {
       RandomStream(scenario_.seed, "train.batches", static_cast<std::uint64_t>(rank)));
 }
 
-void MlpTraining::apply(std::span<float> params, std::span<const float> grad,
-                        std::span<float> velocity) const {
-  sgd_step(params, grad, velocity, sgd_);
+float MlpTraining::learning_rate(std::uint32_t iteration) const {
+  if (scenario_.train.lr_schedule != "cosine") return sgd_.learning_rate;
+  const double total = std::max(1, scenario_.workload.iterations);
+  const double t = std::min(1.0, iteration / total);
+  const double floor = scenario_.train.lr_final;
+  return static_cast<float>(sgd_.learning_rate *
+                            (floor + (1 - floor) * 0.5 * (1 + std::cos(std::numbers::pi * t))));
+}
+
+void MlpTraining::apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity,
+                        std::uint32_t iteration) const {
+  SgdConfig config = sgd_;
+  config.learning_rate = learning_rate(iteration);
+  sgd_step(params, grad, velocity, config);
+}
+
+const ImageDataset& MlpTraining::train_data() const {
+  return load(scenario_, Split::kTrain);
+}
+
+std::unique_ptr<ShardTrainer> MlpTraining::trainer(std::span<const std::uint32_t> shard, std::size_t batch,
+                                                   RandomStream batches) const {
+  return std::make_unique<ShardTrainer>(
+      model_, train_data(), std::vector<std::uint32_t>(shard.begin(), shard.end()), batch, batches);
 }
 
 double MlpTraining::test_accuracy(std::span<const float> params) const {

@@ -16,6 +16,7 @@
 #include "scenario/scenario.hpp"
 #include "train/mlp.hpp"
 #include "train/sgd.hpp"
+#include "train/shard_trainer.hpp"
 #include "train/sharding.hpp"
 
 namespace pstwin::train {
@@ -29,14 +30,22 @@ class MlpTraining final : public TrainingModel {
   std::span<const float> initial_parameters() const override { return initial_; }
   std::size_t tensor_offset(int tensor) const override;
   std::unique_ptr<GradientSource> worker(int rank) const override;
-  void apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity) const override;
+  void apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity,
+             std::uint32_t iteration) const override;
   double test_accuracy(std::span<const float> params) const override;
 
   const Mlp& model() const { return model_; }
+  // train.learning_rate under train.lr_schedule at round `iteration`.
+  float learning_rate(std::uint32_t iteration) const;
+  // The training set and its shards (workers', then roles.validators held-out ones).
+  const ImageDataset& train_data() const;
+  const ShardSet& shards() const;
+  // A trainer over worker `rank`'s shard, drawing batches from `batches` (src/zeno's attackers and
+  // validators build their own: label maps, extra streams).
+  std::unique_ptr<ShardTrainer> trainer(std::span<const std::uint32_t> shard, std::size_t batch,
+                                        RandomStream batches) const;
 
  private:
-  const ShardSet& shards() const;
-
   const Scenario& scenario_;
   Mlp model_;
   SgdConfig sgd_;
