@@ -122,16 +122,19 @@ TEST(Validator, AttacksHitExactlyTheConfiguredWorkers) {
 }
 
 TEST(Validator, SyncSimAndRealProcessesLearnTheSameModel) {
+  // ps.connect_timeout: under load each process loads Fashion-MNIST before it registers.
   const std::string sets =
-      " -q --set roles.workers=3 --set roles.servers=1 --set workload.iterations=12 --set train.eval_every=4"
+      " -q --set ps.connect_timeout=60 --set roles.workers=3 --set roles.servers=1 --set "
+      "workload.iterations=12 --set train.eval_every=4"
       " --set attack.byzantine=[2] --set zeno.validator_samples=500";
   const auto sim_dir = fresh_dir("zeno-v-sim"), real = fresh_dir("zeno-v-real");
   const auto s = run_pstwin("sim scenarios/zeno_sync_1v.toml" + sets + " --out " + sim_dir.string());
   ASSERT_EQ(s.exit_code, 0) << s.output;
   testing::ChildProcess run(
-      {"run", "scenarios/zeno_sync_1v.toml", "-q", "--set", "roles.workers=3", "--set", "roles.servers=1",
-       "--set", "workload.iterations=12", "--set", "train.eval_every=4", "--set", "attack.byzantine=[2]",
-       "--set", "zeno.validator_samples=500", "--out", real.string()},
+      {"run", "scenarios/zeno_sync_1v.toml", "-q", "--set", "ps.connect_timeout=60", "--set",
+       "roles.workers=3", "--set", "roles.servers=1", "--set", "workload.iterations=12", "--set",
+       "train.eval_every=4", "--set", "attack.byzantine=[2]", "--set", "zeno.validator_samples=500", "--out",
+       real.string()},
       fresh_dir("zeno-v-real-log") / "log");
   ASSERT_EQ(run.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(300)), 0) << run.output();
   const auto rs = read_json(sim_dir / "results.json"), rr = read_json(real / "results.json");
