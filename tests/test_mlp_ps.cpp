@@ -75,10 +75,12 @@ TEST(MlpPs, SyncSimAndRealProcessesLearnTheSameModel) {
   const auto sim = fresh_dir("mlp-sim"), real = fresh_dir("mlp-real");
   const auto s = run_pstwin("sim scenarios/mlp_quick.toml" + sets + sim.string());
   ASSERT_EQ(s.exit_code, 0) << s.output;
-  // A child with a deadline: a hung job must fail the test, not stall the suite.
+  // A child with a deadline: a hung job must fail the test, not stall the suite. Every node loads
+  // Fashion-MNIST before it registers; on a loaded 2-core machine that once outlasted the default
+  // 10 s the others wait for the node table.
   testing::ChildProcess run(
       {"run", "scenarios/mlp_quick.toml", "-q", "--set", "roles.workers=3", "--set", "workload.iterations=60",
-       "--set", "train.eval_every=20", "--out", real.string()},
+       "--set", "train.eval_every=20", "--set", "ps.connect_timeout=120s", "--out", real.string()},
       fresh_dir("mlp-real-log") / "log");
   ASSERT_EQ(run.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(300)), 0) << run.output();
   const auto rs = read_json(sim / "results.json"), rr = read_json(real / "results.json");
