@@ -101,14 +101,16 @@ TEST(Netns, RunInNamespacesMeasuresEveryLinkAndLeavesNothing) {
   for (const auto& node : results["nodes"])
     EXPECT_TRUE(node["address"].get<std::string>().starts_with("10.213.")) << node.dump();
   // Kernel counters of every host link: 7 hosts, up and down. Worker 0 (h3) pushes the 5.3 MB model
-  // twice and pulls it twice, so each direction carries at least that plus TCP/IP framing.
+  // twice and pulls it twice, so each direction carries at least that plus TCP/IP framing (about 5 %),
+  // the other direction's ACKs (about 2 %) and retransmissions after tbf drops (a clean-clone CI run
+  // saw 13 % in all on h3.down), but never a second copy of the model.
   ASSERT_EQ(results["links"].size(), 14u);
   const double model = 4e6 + 1e6 + 256e3 + 64e3;
   for (const auto& link : results["links"]) {
     const std::string name = link["name"];
     if (name.starts_with("h3.")) {
       EXPECT_GT(link["bytes"].get<double>(), 2 * model) << name;
-      EXPECT_LT(link["bytes"].get<double>(), 2 * model * 1.1) << name;
+      EXPECT_LT(link["bytes"].get<double>(), 2 * model * 1.3) << name;
       EXPECT_GT(link["utilization"].get<double>(), 0) << name;
     }
   }
