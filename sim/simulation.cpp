@@ -77,27 +77,24 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   auto& scheduler = cluster.add_node("scheduler", scheduler_address, scheduler_host);
   scheduler.attach(std::make_unique<Scheduler>(scheduler, sc, observer));
   std::vector<SimNode*> started{&scheduler};
-  for (int r = 0; r < sc.roles.servers; ++r) {
-    const auto host = sc.server_host_name(r);
-    auto& node = cluster.add_node("server " + std::to_string(r), address_of("server", r, host), host);
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r,
-                                         observers.workload, observers.training.get()));
-    started.push_back(&node);
-  }
-  for (int r = 0; r < sc.roles.workers; ++r) {
-    const auto host = sc.worker_host_name(r);
-    auto& node = cluster.add_node("worker " + std::to_string(r), address_of("worker", r, host), host);
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
-                                         observers.workload, observers.training.get()));
-    started.push_back(&node);
-  }
-  for (int r = 0; r < sc.roles.validators; ++r) {
-    const auto host = sc.validator_host_name(r);
-    auto& node = cluster.add_node("validator " + std::to_string(r), address_of("validator", r, host), host);
-    node.attach(observers.training->validator(NodeContext{node, sc, observer, scheduler_address}, r,
-                                              observers.workload));
-    started.push_back(&node);
-  }
+  // One node per rank of a role, on the host the scenario places it; `make` builds its protocol.
+  auto add_role = [&](const std::string& role, int count, auto host_of, auto make) {
+    for (int r = 0; r < count; ++r) {
+      const auto host = (sc.*host_of)(r);
+      auto& node = cluster.add_node(role + " " + std::to_string(r), address_of(role, r, host), host);
+      node.attach(make(NodeContext{node, sc, observer, scheduler_address}, r));
+      started.push_back(&node);
+    }
+  };
+  add_role("server", sc.roles.servers, &Scenario::server_host_name, [&](NodeContext context, int r) {
+    return std::make_unique<Server>(context, r, observers.workload, observers.training.get());
+  });
+  add_role("worker", sc.roles.workers, &Scenario::worker_host_name, [&](NodeContext context, int r) {
+    return std::make_unique<Worker>(context, r, observers.workload, observers.training.get());
+  });
+  add_role("validator", sc.roles.validators, &Scenario::validator_host_name, [&](NodeContext context, int r) {
+    return observers.training->validator(context, r, observers.workload);
+  });
   for (auto* node : started) {
     Seconds delay = node == &scheduler ? sc.faults.scheduler_start_delay_s : 0;
     if (sc.perturbation.start_jitter_s > 0)
