@@ -47,21 +47,7 @@ EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
 
 }  // namespace
 
-namespace {
-
-// A server's 4 KB summation is modelled at about 1 us; handing it to a lane costs two thread
-// wake-ups, each longer than that on a loaded 2-core VM.
-constexpr Seconds kInlineTaskBelowS = 10e-6;
-
-NodeRuntimeOptions with_inline_tasks(NodeRuntimeOptions options) {
-  if (options.inline_task_below_s <= 0) options.inline_task_below_s = kInlineTaskBelowS;
-  return options;
-}
-
-}  // namespace
-
-EpollNodeRuntime::EpollNodeRuntime(LocalHost& host, Options options)
-    : LoopRuntime(host, with_inline_tasks(std::move(options))) {
+EpollNodeRuntime::EpollNodeRuntime(LocalHost& host, Options options) : LoopRuntime(host, std::move(options)) {
   auto transport = transport_options(options_);
   const std::string bind_host = transport.bind_host;
   try {
