@@ -233,7 +233,7 @@ struct Plan {
 
 Plan plan_for(std::uint64_t size, bool quick) {
   const int scale = quick ? 4 : 1;
-  if (size <= 64 * 1024) return {4000 / scale, 256, 40 / scale};
+  if (size <= 64 * 1024) return {4000 / scale, 256, 200 / scale};  // 200: a phase of ~0.1 s was noise
   if (size <= 4 * 1024 * 1024) return {400 / scale, 64, 20 / scale};
   return {60 / scale, 8, 10 / scale};
 }

@@ -41,6 +41,18 @@ TEST(Payload, BufferIsAlignedAndZeroed) {
   }
 }
 
+TEST(Payload, BufferForOverwriteZeroesWhatFloatsDoNotCover) {
+  for (std::size_t size : {0, 3, 4, 4096 + 3}) {
+    ByteBuffer buffer(size, ByteBuffer::ForOverwrite{});
+    EXPECT_EQ(buffer.size(), size);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % 64, 0u) << size;
+    std::ranges::fill(buffer.floats(), 1.0f);
+    // The bytes past the last whole float are zero: a digest of the buffer is deterministic.
+    for (std::size_t i = buffer.floats().size() * sizeof(float); i < size; ++i)
+      EXPECT_EQ(buffer.bytes()[i], std::byte{0}) << size << " at " << i;
+  }
+}
+
 TEST(Payload, DefaultIsEmptyReal) {
   Payload p;
   EXPECT_TRUE(p.empty());

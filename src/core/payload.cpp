@@ -56,6 +56,12 @@ ByteBuffer::ByteBuffer(std::size_t size) : size_(size) {
   std::memset(data_.get(), 0, padded_size(size));
 }
 
+ByteBuffer::ByteBuffer(std::size_t size, ForOverwrite) : size_(size) {
+  allocate(size);
+  const std::size_t written = size / sizeof(float) * sizeof(float);
+  std::memset(data_.get() + written, 0, padded_size(size) - written);
+}
+
 ByteBuffer::ByteBuffer(std::span<const std::byte> bytes) : size_(bytes.size()) {
   allocate(size_);
   const std::size_t padded = padded_size(size_);

@@ -75,8 +75,7 @@ void Server::apply_round(std::uint64_t key, KeyState& state, Round& round,
   apply_gradients(key, state, inputs, iteration, combine);
   inputs.clear();
   round.bytes = state.store->size();
-  round.sum = std::make_shared<ByteBuffer>(state.store->size());
-  std::memcpy(round.sum->data(), state.store->data(), state.store->size());
+  round.sum = std::make_shared<ByteBuffer>(state.store->bytes());
 }
 
 namespace {
@@ -210,9 +209,8 @@ void Server::sync_push(Message message) {
         return;
       }
       if (!round.sum) {
-        round.sum = std::make_shared<ByteBuffer>(payload->size());
+        round.sum = std::make_shared<ByteBuffer>(payload->bytes());
         round.bytes = payload->size();
-        std::memcpy(round.sum->data(), payload->bytes().data(), payload->size());
       } else if (round.sum->size() == payload->size()) {
         sum_into(round.sum->floats(), payload->floats());
       }
@@ -374,8 +372,7 @@ void Server::async_push(Message message) {
     state.store_bytes = payload->size();
     if (payload->is_phantom()) return;
     if (!state.store) {
-      state.store = std::make_shared<ByteBuffer>(payload->size());
-      std::memcpy(state.store->data(), payload->bytes().data(), payload->size());
+      state.store = std::make_shared<ByteBuffer>(payload->bytes());
     } else if (state.store->size() == payload->size()) {
       sum_into(state.store->floats(), payload->floats());
     }

@@ -161,7 +161,7 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   if (!scenario_.staging.enabled) {
     Payload payload = Payload::phantom(partition.bytes);
     if (!phantom) {
-      auto buffer = std::make_shared<ByteBuffer>(partition.bytes);
+      auto buffer = std::make_shared<ByteBuffer>(partition.bytes, ByteBuffer::ForOverwrite{});
       fill_push(partition, iteration_, buffer->floats());
       payload = Payload::adopt(std::move(buffer));
     }
