@@ -18,12 +18,16 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "core/digest.hpp"
+#include "ps/workload.hpp"
+#include "realnet/link_sampler.hpp"
 #include "realnet/netns_cluster.hpp"
+#include "report/run_recorder.hpp"
 
 extern char** environ;
 
@@ -192,6 +196,58 @@ std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<Node
   return links;
 }
 
+// On a namespace cluster every link is shaped to the scenario's bandwidth, so the simulator's closed
+// form applies to the real run too (not on loopback: nothing is shaped there). The bandwidth factor is
+// the scenario's network.bandwidth_factor, or else what tbf lets through as TCP payload: it counts
+// Ethernet frames, 1448 B of payload (MSS with timestamps) per 1514 B frame. Latency: the scenario's
+// (netns does not emulate it; it adds microseconds). No cross-traffic term: the factor covers ACKs.
+std::optional<Bound> shaped_bound(const Scenario& sc, const RunReport& report) {
+  if (sc.workload.kind == WorkloadKind::kMlp) return std::nullopt;  // compute is FLOPs, not workload.compute
+  constexpr double kTcpPayloadPerFrame = 1448.0 / 1514.0;
+  const double factor = sc.network.bandwidth_factor > 0 ? sc.network.bandwidth_factor : kTcpPayloadPerFrame;
+  const SyntheticWorkload workload(sc);
+  const bool balanced = sc.lb.balancing == Balancing::kLb;
+  auto bound =
+      (balanced ? balanced_bound : analytic_bound)(sc, workload, factor, sc.network.latency_factor, 0);
+  if (bound)
+    bound->achieved_s =
+        balanced && report.balancing ? report.balancing->balanced_mean_s : report.mean_iteration_s();
+  return bound;
+}
+
+// The push/pull phase (docs/FPT.md, "Namespace clusters"): for each iteration counted, from the
+// earliest worker's start (after workload.compute) to the latest worker's end, on the steady clock;
+// the union over the iterations. Counted: with ps.balancing = "lb" the iterations that ran a
+// balanced decision (not the probes), else every iteration.
+std::vector<std::pair<double, double>> push_pull_phase(const Scenario& sc, const std::vector<NodePart>& parts,
+                                                       const std::optional<BalancingReport>& balancing) {
+  std::set<std::uint32_t> counted;
+  if (balancing)
+    for (const auto& d : balancing->decisions)
+      if (!d.probe) counted.insert(d.iteration);
+  std::map<std::uint32_t, std::pair<double, double>> windows;
+  for (const auto& part : parts) {
+    if (part.role != Role::kWorker) continue;
+    for (const auto& it : part.iterations) {
+      if (balancing && !counted.contains(it.index)) continue;
+      const double from = part.epoch_s + it.start_s + sc.workload.compute_s, to = part.epoch_s + it.end_s;
+      const auto [w, fresh] = windows.try_emplace(it.index, from, to);
+      if (!fresh) w->second = {std::min(w->second.first, from), std::max(w->second.second, to)};
+    }
+  }
+  std::vector<std::pair<double, double>> intervals;
+  for (const auto& [index, window] : windows) intervals.push_back(window);
+  return merged(std::move(intervals));
+}
+
+// links as NetnsCluster::link_usage lists them: host i's `.up` at 2i, `.down` at 2i + 1.
+void add_phase_utilisation(const std::vector<std::pair<double, double>>& phase, const CounterSeries& series,
+                           std::vector<LinkUsage>& links) {
+  if (phase.empty() || series.empty()) return;
+  for (std::size_t i = 0; i < links.size(); ++i)
+    links[i].phase_utilization = utilisation_over(series, i / 2, i % 2 == 1, links[i].bandwidth_Bps, phase);
+}
+
 }  // namespace
 
 nlohmann::ordered_json part_to_json(const NodePart& p) {
@@ -224,6 +280,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   for (const auto& s : p.trace) j["trace"].push_back({s.thread, s.category, s.name, s.start_s, s.end_s});
   j["trace_dropped"] = p.trace_dropped;
   if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
+  if (p.balancing) j["balancing"] = balancing_json(*p.balancing);
   return j;
 }
 
@@ -255,6 +312,7 @@ NodePart part_from_json(const nlohmann::json& j) {
                          s.at(2).get<std::string>(), s.at(3).get<double>(), s.at(4).get<double>()});
   p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
+  if (j.contains("balancing")) p.balancing = balancing_from_json(j.at("balancing"));
   return p;
 }
 
@@ -281,7 +339,8 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     }
     for (const auto& [key, hex] : part.digests) digests[key] = hex;
     if (part.role == Role::kScheduler) report.nodes = part.nodes;
-    if (part.accuracy) report.accuracy = part.accuracy;  // worker 0's
+    if (part.accuracy) report.accuracy = part.accuracy;     // worker 0's
+    if (part.balancing) report.balancing = part.balancing;  // the scheduler's
     report.messages += part.messages;
     report.message_bytes += part.bytes_sent;
     report.trace_dropped += part.trace_dropped;
@@ -301,6 +360,17 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
   }
   for (const auto& [index, seconds] : slowest)
     report.iterations.push_back({static_cast<int>(index), seconds});
+  if (report.balancing) {  // as RunRecorder::fill: the iterations that ran a balanced decision
+    auto& b = *report.balancing;
+    double sum = 0;
+    b.balanced_iterations = 0;
+    for (const auto& d : b.decisions)
+      if (const auto it = slowest.find(d.iteration); !d.probe && it != slowest.end()) {
+        sum += it->second;
+        ++b.balanced_iterations;
+      }
+    b.balanced_mean_s = b.balanced_iterations > 0 ? sum / b.balanced_iterations : 0;
+  }
   // Exactly RunRecorder::fill.
   Digest digest;
   for (const auto& [key, hex] : digests) {
@@ -342,6 +412,13 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   const int port = free_port();
   std::optional<NetnsCluster> cluster;
   if (options.netns) cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log);
+  // Every link's kernel counters through the run, for its utilisation over the push/pull phase.
+  std::optional<LinkSampler> sampler;
+  if (cluster) {
+    std::vector<std::string> ports;
+    for (const auto& h : cluster->hosts()) ports.push_back(h.name);
+    sampler.emplace(cluster->switch_netns_fd(), std::move(ports), std::chrono::milliseconds(2));
+  }
   const std::string root_uri = cluster ? cluster->host(sc.scheduler_host_name()).address : "127.0.0.1";
   base_env.insert(base_env.end(),
                   {"DMLC_PS_ROOT_URI=" + root_uri, "DMLC_PS_ROOT_PORT=" + std::to_string(port),
@@ -410,6 +487,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       const int sig = g_signal;
       kill_all();
       remove_staging();
+      sampler.reset();
       cluster.reset();  // std::exit runs no destructors of this frame
       log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
       std::exit(128 + sig);
@@ -446,8 +524,12 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   remove_staging();
   const double job_s = std::chrono::duration<double>(Clock::now() - spawn_start).count();
   std::vector<LinkUsage> links;
+  CounterSeries series;
   if (cluster) {
+    series = sampler->stop();
+    if (!sampler->error().empty()) log("link counters not sampled: " + sampler->error());
     links = cluster->link_usage(job_s);
+    cluster->add_losses(links);
     cluster.reset();
   }
 
@@ -466,6 +548,8 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   if (options.netns) {
     report.links = std::move(links);
     report.emulation = netns_emulation();
+    report.bound = shaped_bound(sc, report);
+    add_phase_utilisation(push_pull_phase(sc, parts, report.balancing), series, report.links);
   } else {
     report.links = loopback_links(sc, parts, job_s);
   }

@@ -57,6 +57,18 @@ class LockedObserver final : public RunObserver {
     std::lock_guard lock(mutex_);
     target_.model_snapshot(worker, iterations, at, params);
   }
+  void lb_decision(NodeId node, const LbDecision& decision) override {
+    std::lock_guard lock(mutex_);
+    target_.lb_decision(node, decision);
+  }
+  void lb_report(NodeId from, const LbReport& report) override {
+    std::lock_guard lock(mutex_);
+    target_.lb_report(from, report);
+  }
+  void request_routed(NodeId receiver, NodeId sender, std::uint64_t key, std::uint32_t iteration) override {
+    std::lock_guard lock(mutex_);
+    target_.request_routed(receiver, sender, key, iteration);
+  }
 
  private:
   std::mutex mutex_;

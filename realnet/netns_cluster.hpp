@@ -55,12 +55,18 @@ class NetnsCluster {
   // An O_CLOEXEC descriptor of the host's namespace, for setns(fd, CLONE_NEWNET) in a child.
   int netns_fd(const std::string& name) const;
 
+  // An O_CLOEXEC descriptor of the switch namespace (whose veth ports are named after the hosts).
+  int switch_netns_fd() const { return switch_fd_; }
+
   // Starts the byte counters from now (what setup sent, ARP and the like, is not counted).
   void reset_counters();
   // `<h>.up` (bytes the host sent) and `<h>.down` (received), as the simulator names its links, from
   // the kernel counters of the switch side of each veth (Ethernet frames: headers and ACKs count).
   // Utilization = bytes / (bandwidth x seconds).
   std::vector<LinkUsage> link_usage(double seconds) const;
+  // Adds to `links` (as link_usage made them) what the kernel saw go wrong on each link: packets tbf
+  // dropped on each direction, and TCP segments each host retransmitted (on its `.up`).
+  void add_losses(std::vector<LinkUsage>& links) const;
 
   // Deletes every namespace with the prefix (and so every veth and qdisc in them). Idempotent.
   void remove();
@@ -77,6 +83,7 @@ class NetnsCluster {
   std::function<void(const std::string&)> log_;
   std::vector<NetnsHost> hosts_;
   std::vector<int> fds_;
+  int switch_fd_ = -1;
   std::vector<Counters> baseline_;
   pid_t reaper_ = -1;
   int reaper_pipe_ = -1;  // write end; its closing (our exit, however) tells the reaper to clean up

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -19,6 +20,7 @@
 #include "realnet/loop_runtime.hpp"
 #include "realnet/shm_staging.hpp"
 #include "report/accuracy_recorder.hpp"
+#include "report/run_recorder.hpp"
 #include "zeno/robust_training.hpp"
 
 namespace pstwin::realnet {
@@ -62,6 +64,8 @@ class NodeStats final : public RunObserver {
       digests[key] = value_digest(key, value);
     if (verbose_ >= 2) log_("pulled key " + std::to_string(key) + ", iteration " + std::to_string(iteration));
   }
+  // ps.balancing = "lb": a server or worker reports only the decisions it took up itself.
+  void lb_decision(NodeId, const LbDecision& decision) override { decisions[decision.iteration] = decision; }
   void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override {
     ++iterations;
     times.push_back({iteration, start, end});
@@ -76,6 +80,7 @@ class NodeStats final : public RunObserver {
   std::vector<NodePart::Iteration> times;
   std::map<std::uint64_t, std::string> digests;
   std::vector<NodeInfo> nodes;
+  std::map<std::uint32_t, LbDecision> decisions;
 
  private:
   // Exactly RunRecorder's per-key digest, so `pstwin run` can combine them as RunRecorder::fill does.
@@ -127,6 +132,43 @@ std::string label_of(const NodeEnv& env) {
   }
 }
 
+// Pushes this server must have applied: with djb2 hashing the partitions hashed to it, every
+// iteration; with ps.balancing = "lb" the partitions each iteration's decision (as this server took
+// it up) gives it, so moving a key to another server is not counted as a lost update.
+void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int rank, NodeId id,
+                   const NodeStats& stats, InvariantChecker& checker) {
+  const auto workers = static_cast<std::uint64_t>(workload.workers());
+  std::uint64_t expected = 0;
+  std::string missing;
+  for (int it = 0; it < workload.iterations(); ++it) {
+    if (sc.lb.balancing != Balancing::kLb) {
+      expected += workers *
+                  static_cast<std::uint64_t>(std::ranges::count_if(
+                      workload.partitions(), [&](const PartitionSpec& p) { return p.server_rank == rank; }));
+      continue;
+    }
+    const auto found = stats.decisions.find(static_cast<std::uint32_t>(it));
+    if (found == stats.decisions.end())
+      missing += (missing.empty() ? "" : ", ") + std::to_string(it);
+    else
+      expected += workers * found->second.partitions_of(rank);
+  }
+  checker.count_check("updates");
+  if (!missing.empty())
+    checker.add({"updates", "server " + std::to_string(id) +
+                                " completed without a load-balancing decision for "
+                                "iteration(s) " +
+                                missing + ": cannot tell which pushes it owed"});
+  else if (stats.applied.size() < expected)
+    checker.add({"updates", std::to_string(expected - stats.applied.size()) + " of " +
+                                std::to_string(expected) + " pushes to server " + std::to_string(id) +
+                                " were never applied (lost updates)"});
+  else if (stats.applied.size() > expected)
+    checker.add({"updates", "server " + std::to_string(id) + " applied " +
+                                std::to_string(stats.applied.size()) + " pushes, more than the " +
+                                std::to_string(expected) + " it owned"});
+}
+
 }  // namespace
 
 NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOptions& options) {
@@ -142,7 +184,13 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
   const auto training = env.role == Role::kScheduler ? nullptr : zeno::make_training(sc);
   AccuracyRecorder accuracy;
-  ObserverFanout fanout({&checker, &stats, &accuracy});
+  // The scheduler makes the load-balancing decisions and receives the rates: it records them for the
+  // merged results.json's `balancing` section.
+  std::optional<RunRecorder> balancing;
+  std::vector<RunObserver*> observers{&checker, &stats, &accuracy};
+  if (env.role == Role::kScheduler && sc.lb.balancing == Balancing::kLb)
+    observers.push_back(&balancing.emplace(sc, workload));
+  ObserverFanout fanout(std::move(observers));
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
   // within the job, names collide exactly when staging.naming makes them equal.
@@ -191,19 +239,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
 
   const bool completed = stopped && !host.failed();
   // The cross-process lost-update check, done per server for the keys it owns.
-  if (completed && env.role == Role::kServer && sc.invariants.updates && id != kNoNode) {
-    const int rank = rank_of(id);
-    const auto owned = static_cast<std::uint64_t>(std::ranges::count_if(
-        workload.partitions(), [&](const PartitionSpec& p) { return p.server_rank == rank; }));
-    const std::uint64_t expected = owned * static_cast<std::uint64_t>(workload.workers()) *
-                                   static_cast<std::uint64_t>(workload.iterations());
-    checker.count_check("updates");
-    if (stats.applied.size() != expected)
-      checker.add(
-          {"updates", std::to_string(expected - std::min<std::uint64_t>(expected, stats.applied.size())) +
-                          " of " + std::to_string(expected) + " pushes to server " + std::to_string(id) +
-                          " were never applied (lost updates)"});
-  }
+  if (completed && env.role == Role::kServer && sc.invariants.updates && id != kNoNode)
+    check_updates(sc, workload, rank_of(id), id, stats, checker);
 
   NodeRunResult result;
   std::ostringstream details;
@@ -254,6 +291,11 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.trace = std::move(sent.trace);
   part.trace_dropped = sent.trace_dropped;
   if (training) part.accuracy = accuracy.evaluate(*training);  // the run is over: not in its times
+  if (balancing) {
+    RunReport recorded;
+    balancing->fill(recorded);
+    part.balancing = std::move(recorded.balancing);
+  }
   return result;
 }
 

@@ -50,6 +50,7 @@ struct NodePart {
   std::vector<TraceSpan> trace;  // its spans when output.trace is on
   std::optional<AccuracyCurve> accuracy;  // worker 0 of an mlp run, evaluated after its run
   std::uint64_t trace_dropped = 0;
+  std::optional<BalancingReport> balancing;  // the scheduler of a ps.balancing = "lb" run
 };
 
 struct NodeRunResult {

@@ -85,6 +85,31 @@ TEST(Run, QuickstartWritesRealResults) {
   EXPECT_NE(run.output().find("0 violated"), std::string::npos) << run.output();
 }
 
+// ps.balancing = "lb" across processes, with decisions forced to switch owners (lb.probe_at): the
+// merged results.json carries the scheduler's decisions, and each server's lost-update check counts
+// the pushes its decisions gave it (with the hash split's count it saw moved keys as lost updates).
+TEST(Run, LoadBalancingReportsDecisionsAndCountsUpdatesByThem) {
+  TempDir dir("lb");
+  Pstwin run(run_args("scenarios/lb_switch.toml", dir.path() / "out", {}), dir.path() / "log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  const auto r = results(dir.path() / "out");
+  EXPECT_TRUE(r["completed"].get<bool>());
+  EXPECT_EQ(r["invariants"]["violation_count"], 0) << r["invariants"].dump();
+  EXPECT_GT(r["invariants"]["by_invariant"]["updates"]["checked"].get<int>(), 0);
+  EXPECT_EQ(r["invariants"]["by_invariant"]["updates"]["violated"], 0);
+  ASSERT_TRUE(r.contains("balancing")) << r.dump();
+  const auto& decisions = r["balancing"]["decisions"];
+  ASSERT_EQ(decisions.size(), 6u) << decisions.dump();
+  for (std::size_t i = 0; i < decisions.size(); ++i) {
+    EXPECT_EQ(decisions[i]["iteration"], i);
+    // Iterations 0 and 1 (start) and 3 and 5 (lb.probe_at) are probes; the rest were decided.
+    EXPECT_EQ(decisions[i]["probe"].get<bool>(), i < 2 || i == 3 || i == 5) << decisions[i].dump();
+  }
+  EXPECT_EQ(r["balancing"]["balanced_iterations"], 2);
+  EXPECT_FALSE(r["balancing"]["measured"].empty());
+  EXPECT_TRUE(r["bound"].is_null());  // loopback: no link is shaped, so no closed form applies
+}
+
 // The core promise: sync mode, real payloads, fixed summation order => the same final model.
 TEST(Run, SameModelDigestAsSim) {
   TempDir dir("digest");

@@ -90,11 +90,16 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   inv["by_invariant"] = tallies_json(r.invariant_tallies);
   j["invariants"] = inv;
   j["links"] = ordered_json::array();
-  for (const auto& l : r.links)
-    j["links"].push_back({{"name", l.name},
-                          {"bytes", l.bytes},
-                          {"bandwidth_Bps", l.bandwidth_Bps},
-                          {"utilization", l.utilization}});
+  for (const auto& l : r.links) {
+    ordered_json link = {{"name", l.name},
+                         {"bytes", l.bytes},
+                         {"bandwidth_Bps", l.bandwidth_Bps},
+                         {"utilization", l.utilization}};
+    if (l.phase_utilization) link["phase_utilization"] = *l.phase_utilization;
+    if (l.drops) link["drops"] = *l.drops;
+    if (l.retransmitted) link["retransmitted"] = *l.retransmitted;
+    j["links"].push_back(std::move(link));
+  }
   if (r.emulation)
     j["network_emulation"] = {{"method", r.emulation->method},
                               {"latency_emulated", r.emulation->latency_emulated},
@@ -188,8 +193,13 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     r.violations.push_back({v.at("invariant"), v.at("detail")});
   if (j.at("invariants").contains("by_invariant"))
     add_tallies_from_json(j["invariants"]["by_invariant"], r.invariant_tallies);
-  for (const auto& l : j.at("links"))
-    r.links.push_back({l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")});
+  for (const auto& l : j.at("links")) {
+    LinkUsage link{l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")};
+    if (l.contains("phase_utilization")) link.phase_utilization = l["phase_utilization"].get<double>();
+    if (l.contains("drops")) link.drops = l["drops"].get<std::uint64_t>();
+    if (l.contains("retransmitted")) link.retransmitted = l["retransmitted"].get<std::uint64_t>();
+    r.links.push_back(std::move(link));
+  }
   if (j.contains("network_emulation")) {
     const auto& e = j["network_emulation"];
     r.emulation = NetworkEmulation{e.at("method"), e.at("latency_emulated"), e.at("note")};

@@ -27,6 +27,11 @@ struct LinkUsage {
   std::uint64_t bytes = 0;
   double bandwidth_Bps = 0;
   double utilization = 0;  // bytes / (bandwidth * run time)
+  // Namespace clusters only (absent elsewhere): utilisation over the push/pull phase (docs/FPT.md),
+  // packets tbf dropped on this direction, TCP segments the host retransmitted (on `.up`).
+  std::optional<double> phase_utilization = std::nullopt;
+  std::optional<std::uint64_t> drops = std::nullopt;
+  std::optional<std::uint64_t> retransmitted = std::nullopt;
 };
 
 struct Bound {
