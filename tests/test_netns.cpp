@@ -156,20 +156,17 @@ TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
   }
 }
 
-// Load balancing on a namespace cluster: lb_hetero_netns cut to 2 workers, a 1 MB model and 5
-// iterations, its slowest server at 12.5 Mb/s. The run must end clean (routing, aggregates, and a
-// lost-update count that follows the decisions, not the hash split), the merged results.json must carry
-// the scheduler's decisions and the servers' measured rates, and every balanced decision must give the
-// slow server less than the probe's equal split and less than each 100 Mb/s server. tbf caps the slow
-// server's measured rate at 1.56 MB/s; the fast ones measured 5-7 MB/s at load 11 on 2 cores (their
-// rate is bounded by what 2 workers send, not by their link), so the order has a 3x margin.
+// Load balancing on a namespace cluster: lb_hetero_netns cut to 4 workers and 4 iterations (servers
+// at 25, 25, 12.5 and 6.25 Mb/s). The run must end clean (routing, aggregates, and a lost-update count
+// that follows the decisions, not the hash split), the merged results.json must carry the scheduler's
+// decisions and the servers' measured rates, and every balanced decision must give the slow server
+// less than the probe's equal split and less than each 25 Mb/s server: tbf caps the slow server's
+// measured rate at a quarter of theirs (measured: 0.74 against 2.7-3.0 MB/s).
 TEST(Netns, LoadBalancingMovesBytesTowardsTheFastServers) {
   SKIP_WITHOUT_NAMESPACES();
   const auto dir = testing::fresh_dir("netns-lb");
-  const auto r =
-      testing::run_pstwin("run scenarios/lb_hetero_netns.toml --netns -q --out " + dir.string() +
-                          " --set roles.workers=2 --set workload.model_bytes=1MB"
-                          " --set workload.iterations=5 --set cluster.links.h4.bandwidth=12.5Mbps");
+  const auto r = testing::run_pstwin("run scenarios/lb_hetero_netns.toml --netns -q --out " + dir.string() +
+                                     " --set roles.workers=4 --set workload.iterations=4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto results = testing::read_json(dir / "results.json");
   EXPECT_TRUE(results["completed"].get<bool>());
@@ -177,9 +174,9 @@ TEST(Netns, LoadBalancingMovesBytesTowardsTheFastServers) {
   EXPECT_GT(results["invariants"]["by_invariant"]["updates"]["checked"].get<int>(), 0);
   EXPECT_GT(results["invariants"]["by_invariant"]["routing"]["checked"].get<int>(), 0);
   const auto& balancing = results["balancing"];
-  ASSERT_EQ(balancing["decisions"].size(), 5u) << balancing.dump();
+  ASSERT_EQ(balancing["decisions"].size(), 4u) << balancing.dump();
   // Every server reports its receive rate for every iteration it owned partitions in.
-  EXPECT_GE(balancing["measured"].size(), 4u * 3) << balancing.dump();
+  EXPECT_GE(balancing["measured"].size(), 4u * 2) << balancing.dump();
   const auto probe = balancing["decisions"][0]["bytes_per_server"].get<std::vector<std::uint64_t>>();
   ASSERT_EQ(probe.size(), 4u);
   for (const auto& d : balancing["decisions"]) {
@@ -191,11 +188,11 @@ TEST(Netns, LoadBalancingMovesBytesTowardsTheFastServers) {
       continue;
     }
     EXPECT_FALSE(d["probe"].get<bool>()) << d.dump();
-    EXPECT_LT(bytes[3], probe[3]) << "the 12.5 Mb/s server kept its probe share: " << d.dump();
+    EXPECT_LT(bytes[3], probe[3]) << "the 6.25 Mb/s server kept its probe share: " << d.dump();
     EXPECT_GT(bytes[0], bytes[3]) << d.dump();
     EXPECT_GT(bytes[1], bytes[3]) << d.dump();
   }
-  EXPECT_EQ(balancing["balanced_iterations"], 3);
+  EXPECT_EQ(balancing["balanced_iterations"], 2);
   EXPECT_GT(balancing["balanced_mean_s"].get<double>(), 0);
   // The optimum over all splits stands next to the balanced iterations' mean.
   ASSERT_TRUE(results["bound"].is_object()) << results.dump();
