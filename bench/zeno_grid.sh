@@ -67,5 +67,5 @@ for cell in "${cells[@]}"; do
     echo "$mode,$rule,$attack,,,,,,,false" >>"$csv"
   fi
 done
-column -s, -t "$csv"
+if command -v column >/dev/null; then column -s, -t "$csv"; else cat "$csv"; fi
 echo "zeno_grid: $csv"

@@ -61,6 +61,17 @@ TEST(Validator, AcceptsHonestAndDropsSignFlippedPushes) {
       << "zenops " << r["accuracy"].dump() << "\nmean " << mean["accuracy"].dump();
 }
 
+TEST(Validator, ADivergedRunFailsWithTheRuleErrorInsteadOfAborting) {
+  // A learning rate of 1e6 blows the model up within two rounds; the validator's reference v is then
+  // non-finite and the rule refuses it. The run must end as a failed run naming the cause (it used to
+  // abort the process from inside the compute stage).
+  const auto r = sim("zeno-v-diverged", " --set attack.kind=none --set train.learning_rate=1e6", 1);
+  ASSERT_FALSE(r["completed"].get<bool>());
+  const auto failure = r["failure"].get<std::string>();
+  EXPECT_NE(failure.find("could not judge round"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("NaN or Inf"), std::string::npos) << failure;
+}
+
 TEST(Validator, TagsRefuseDuplicatedCandidatesAndKeepRoundsAligned) {
   const auto clean = sim("zeno-v-clean", "");
   const auto dup = sim("zeno-v-dup", " --set zeno.duplicate_candidates=true", 1);

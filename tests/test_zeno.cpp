@@ -322,6 +322,23 @@ TEST(ZenoPlusPlus, AcceptsJustAboveTheThresholdAndRejectsJustBelow) {
   for (const float x : no.value) EXPECT_EQ(x, 0.0f);
 }
 
+TEST(ZenoPlusPlus, SyncRoundAveragesTheAcceptedStepsOnly) {
+  // Two honest updates and one sign-flipped: the flipped one is dropped and must not shrink the step
+  // (an average over all three would give 2/3 of it).
+  const Vec v = {1.0f, 0.0f};
+  const std::vector<Vec> honest = {{2.0f, 0.0f}, {4.0f, 0.0f}, {-8.0f, 0.0f}};
+  const Aggregate result = zeno_plus_plus(spans(honest), v, {.rho = 0.001, .epsilon = 0.0});
+  EXPECT_TRUE(result.decisions[0].accepted);
+  EXPECT_TRUE(result.decisions[1].accepted);
+  EXPECT_FALSE(result.decisions[2].accepted);
+  EXPECT_FLOAT_EQ(result.value[0], 1.0f);  // both rescaled to ||v|| = 1, averaged over the two
+  EXPECT_DOUBLE_EQ(result.decisions[0].weight, 0.5 * 0.5);
+  EXPECT_DOUBLE_EQ(result.decisions[2].weight, 0.0);
+  // All rejected: no step at all.
+  const Aggregate none = zeno_plus_plus(spans({{-8.0f, 0.0f}}), v, {});
+  EXPECT_EQ(none.value[0], 0.0f);
+}
+
 TEST(ZenoPlusPlus, ClipNeverEnlargesAndReversedRejectionIsOptIn) {
   Vec v = {3.0f, 4.0f};  // ||v|| = 5
   const std::vector<Vec> small = {{0.3f, 0.4f}};

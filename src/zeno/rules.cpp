@@ -600,6 +600,7 @@ Aggregate zeno_plus_plus(Candidates candidates, std::span<const float> reference
   check_reference("zeno++", "reference (the validator's gradient v)", reference, size);
   const std::size_t n = candidates.size();
   std::vector<Decision> decisions(n);
+  std::size_t accepted = 0;
   for (std::size_t c = 0; c < n; ++c) {
     const Moments m = moments(candidates[c], reference);
     if (!std::isfinite(m.uu)) {
@@ -616,20 +617,23 @@ Aggregate zeno_plus_plus(Candidates candidates, std::span<const float> reference
     Decision& d = decisions[c];
     d.score = score;
     if (score >= 0) {
-      d = {.accepted = true,
-           .weight = s / static_cast<double>(n),
-           .score = score,
-           .verdict = Verdict::kAccepted};
+      d = {.accepted = true, .weight = s, .score = score, .verdict = Verdict::kAccepted};
+      ++accepted;
     } else if (config.reverse_rejected) {
       const double cosine = m.uu > 0 && m.vv > 0 ? m.uv / std::sqrt(m.uu * m.vv) : 0.0;
       d = {.accepted = false,
-           .weight = -config.reverse_scale * std::abs(cosine) * s / static_cast<double>(n),
+           .weight = -config.reverse_scale * std::abs(cosine) * s,
            .score = score,
            .verdict = Verdict::kReversed};
     } else {
       d.verdict = Verdict::kDropped;
     }
   }
+  // Average over the accepted steps, not over all n: in sync rounds a rejected update must not shrink the
+  // honest ones' step (3 of 8 rejected would cut the learning rate to 5/8). One candidate (async) is
+  // unchanged: s g when accepted, nothing (or the reversed step) when not.
+  const double share = 1.0 / static_cast<double>(std::max<std::size_t>(accepted, 1));
+  for (Decision& d : decisions) d.weight *= share;
   return with_weights(candidates, size, std::move(decisions));
 }
 

@@ -149,8 +149,8 @@ struct RuleInputs {
 Aggregate aggregate(const RuleConfig& config, const RuleInputs& inputs);
 
 // The rules one by one (aggregate() calls these). Zeno++ judges each candidate on its own, as if it
-// arrived alone in async mode, and averages the results over all candidates (so one candidate gives
-// exactly the async step).
+// arrived alone in async mode, and averages the accepted steps (sync rounds; one candidate gives exactly
+// the async step).
 Aggregate mean(Candidates candidates);
 Aggregate coordinate_median(Candidates candidates);
 Aggregate trimmed_mean(Candidates candidates, const TrimmedMeanConfig& config);

@@ -143,11 +143,12 @@ void Validator::judge_round(std::uint32_t round) {
   auto updates = std::make_shared<std::vector<std::vector<float>>>();
   for (int worker : workers_) updates->push_back(take_update(round, worker));
   auto result = std::make_shared<Aggregate>();
+  auto error = std::make_shared<std::string>();
   const double flops = training_.model().train_flops_per_sample() *
                            static_cast<double>(scenario_.zeno.validator_batch) *
                            (uses_reference(rule_.kind) ? scenario_.zeno.local_steps : 0) +
                        6.0 * static_cast<double>(updates->size() * params_.size());
-  auto work = [this, updates, result, round] {
+  auto work = guarded(error, [this, updates, result, round] {
     std::vector<std::span<const float>> views(updates->begin(), updates->end());
     std::vector<TensorSlice> tensors;
     for (const auto& t : training_.model().tensors()) tensors.push_back({t.offset, t.size()});
@@ -169,8 +170,9 @@ void Validator::judge_round(std::uint32_t round) {
     }
     *result = aggregate(rule_, inputs);
     if (rule_.kind == RuleKind::kCenteredClipping) center_ = result->value;
-  };
-  auto done = [this, result, round] {
+  });
+  auto done = [this, result, error, round] {
+    if (!error->empty()) return fail_round(round, *error);
     for (std::size_t i = 0; i < workers_.size(); ++i)
       observer_.candidate_judged(rank_, workers_[i], round, result->decisions[i].accepted);
     // The servers add the validators' sums: weight ours by our share of the workers.
@@ -190,11 +192,12 @@ void Validator::judge_one(Update update) {
   parts_in_.erase({update.round, update.worker});
   const bool refresh = uses_reference(rule_.kind) && model_current_;
   auto result = std::make_shared<Aggregate>();
+  auto error = std::make_shared<std::string>();
   const double flops = training_.model().train_flops_per_sample() *
                            static_cast<double>(scenario_.zeno.validator_batch) *
                            (refresh ? scenario_.zeno.local_steps : 0) +
                        6.0 * static_cast<double>(params_.size());
-  auto work = [this, candidate, result, refresh, update] {
+  auto work = guarded(error, [this, candidate, result, refresh, update] {
     if (refresh) reference_ = reference(update.round);
     const std::span<const float> view(*candidate);
     std::vector<TensorSlice> tensors;
@@ -203,8 +206,9 @@ void Validator::judge_one(Update update) {
                                           .reference = reference_,
                                           .params = params_,
                                           .tensors = tensors});
-  };
-  auto done = [this, result, refresh, update] {
+  });
+  auto done = [this, result, error, refresh, update] {
+    if (!error->empty()) return fail_round(update.round, *error);
     observer_.candidate_judged(rank_, update.worker, update.round, result->decisions.front().accepted);
     ++judged_;
     if (refresh) model_current_ = false;
@@ -215,6 +219,23 @@ void Validator::judge_one(Update update) {
     next();
   };
   compute_stage_.submit(0, "validate", ComputeCost{0, flops}, std::move(work), std::move(done));
+}
+
+std::function<void()> Validator::guarded(std::shared_ptr<std::string> error, std::function<void()> work) {
+  // A rule error (e.g. the validator's own loss turned non-finite) must fail the run with its text, not
+  // escape the compute stage and abort the process.
+  return [error = std::move(error), work = std::move(work)] {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+  };
+}
+
+void Validator::fail_round(std::uint32_t round, const std::string& error) {
+  busy_ = false;
+  rt_.fail("could not judge round " + std::to_string(round) + ": " + error);
 }
 
 void Validator::send_sums(std::uint32_t round, int tag, std::span<const float> sum) {

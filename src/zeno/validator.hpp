@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +56,9 @@ class Validator final : public PsNode {
   void judge_round(std::uint32_t round);
   void judge_one(Update update);
   void send_sums(std::uint32_t round, int worker, std::span<const float> sum);
+  // The compute stage's work with its exception caught into *error; fail_round reports it.
+  static std::function<void()> guarded(std::shared_ptr<std::string> error, std::function<void()> work);
+  void fail_round(std::uint32_t round, const std::string& error);
   std::size_t element_offset(const PartitionSpec& partition) const;
 
   const SyntheticWorkload& workload_;
