@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The rule x attack x mode grid of docs/ROBUSTNESS.md: one `pstwin sim` per cell on a base scenario,
 # one CSV row per run (final test accuracy, validators' accept counts, simulated and wall seconds).
-#   bench/zeno_grid.sh [--pstwin BIN] [--scenario FILE] [--out DIR] [--modes "sync async"]
+#   bench/zeno_grid.sh [--pstwin BIN] [--scenario FILE] [--async-scenario FILE] [--out DIR] [--modes "sync async"]
 #                      [--rules "mean median ..."] [--async-rules "mean zeno++"] [--attacks "none sign-flip ..."]
 #                      [-j JOBS] [--set FIELD=VALUE]...
 # Rules that score against held-out data (zeno, zenops, zeno++) run with roles.validators = 1 (or the
-# base scenario's, if larger); the others on the servers with 0 validators. Needs jq (.ci/setup).
+# base scenario's, if larger); the others on the servers with 0 validators. Sync cells run on --scenario,
+# async cells on --async-scenario (its own optimiser: the sync one diverges in async mode, ROBUSTNESS.md).
+# Needs jq (.ci/setup).
 set -euo pipefail
 pstwin=./build/pstwin
 scenario=scenarios/zeno_sync_1v.toml
+async_scenario=scenarios/zeno_async_1v.toml
 out=pstwin-out/zeno_grid
 modes="sync async"
 rules="mean median trimmed-mean krum centered-clipping zeno zenops"
@@ -20,6 +23,7 @@ while (($#)); do
   case "$1" in
     --pstwin) pstwin=$2; shift 2 ;;
     --scenario) scenario=$2; shift 2 ;;
+    --async-scenario) async_scenario=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --rules) rules=$2; shift 2 ;;
@@ -31,7 +35,9 @@ while (($#)); do
   esac
 done
 command -v jq >/dev/null || { echo "zeno_grid: jq is missing: run .ci/setup" >&2; exit 2; }
-base_validators=$("$pstwin" check "$scenario" | sed -n 's/^validators = //p' | head -1)
+validators_of() { "$pstwin" check "$1" | sed -n 's/^validators = //p' | head -1; }
+base_validators=$(validators_of "$scenario")
+async_validators=$(validators_of "$async_scenario")
 mkdir -p "$out"
 cells=()
 for mode in $modes; do
@@ -43,14 +49,15 @@ for mode in $modes; do
 done
 run_cell() {
   read -r mode rule attack <<<"$1"
-  local validators=0
-  case "$rule" in zeno | zenops | zeno++) validators=$((base_validators > 1 ? base_validators : 1)) ;; esac
+  local validators=0 base=$scenario wanted=$base_validators
+  [[ $mode == async ]] && base=$async_scenario wanted=$async_validators
+  case "$rule" in zeno | zenops | zeno++) validators=$((wanted > 1 ? wanted : 1)) ;; esac
   local dir="$out/$mode-$rule-$attack"
-  "$pstwin" sim "$scenario" --out "$dir" --set "ps.mode=$mode" --set "zeno.rule=$rule" \
+  "$pstwin" sim "$base" --out "$dir" --set "ps.mode=$mode" --set "zeno.rule=$rule" \
     --set "roles.validators=$validators" --set "attack.kind=$attack" "${sets[@]}" >"$dir.log" 2>&1 || true
 }
 export -f run_cell
-export pstwin scenario out base_validators
+export pstwin scenario async_scenario out base_validators async_validators
 export sets_text="${sets[*]:-}"
 printf '%s\n' "${cells[@]}" | xargs -P "$jobs" -I{} bash -c 'sets=($sets_text); run_cell "$@"' _ {}
 csv="$out/grid.csv"
