@@ -44,6 +44,8 @@ class InvariantChecker final : public RunObserver {
  public:
   InvariantChecker(const Scenario& scenario, const SyntheticWorkload& workload);
 
+  void push_staleness(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration,
+                      std::uint64_t staleness, bool applied) override;
   void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
   void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
   void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration,

@@ -34,6 +34,10 @@ class RunObserver {
   virtual void final_store(NodeId /*server*/, std::uint64_t /*key*/, const Payload& /*store*/) {}
   // ZenoPS tags: a message matched an open (round, worker, tensor) slot (ok), or was refused (why).
   virtual void tag_checked(NodeId /*node*/, bool /*ok*/, const std::string& /*why*/) {}
+  // Async with ps.max_staleness: a push arrived `staleness` versions of its key after the worker's
+  // last pull of it; applied when within the bound, else refused (acknowledged, never applied).
+  virtual void push_staleness(NodeId /*server*/, int /*worker_rank*/, std::uint64_t /*key*/,
+                              std::uint32_t /*iteration*/, std::uint64_t /*staleness*/, bool /*applied*/) {}
   // A validator's decision on worker `worker`'s update of round `iteration`.
   virtual void candidate_judged(int /*validator*/, int /*worker*/, std::uint32_t /*iteration*/,
                                 bool /*accepted*/) {}
@@ -81,6 +85,10 @@ class ObserverFanout final : public RunObserver {
   }
   void tag_checked(NodeId node, bool ok, const std::string& why) override {
     for (auto* t : targets_) t->tag_checked(node, ok, why);
+  }
+  void push_staleness(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration,
+                      std::uint64_t staleness, bool applied) override {
+    for (auto* t : targets_) t->push_staleness(server, worker, key, iteration, staleness, applied);
   }
   void candidate_judged(int validator, int worker, std::uint32_t iteration, bool accepted) override {
     for (auto* t : targets_) t->candidate_judged(validator, worker, iteration, accepted);

@@ -15,6 +15,7 @@ Server::Server(NodeContext context, int rank, const SyntheticWorkload& workload,
     : PsNode(context, Role::kServer, rank),
       workload_(workload),
       training_(training),
+      plan_(context.scenario, workload),
       engine_(context.runtime.executor("engine", context.scenario.ps.server_engine_threads)),
       lane_bytes_(static_cast<std::size_t>(context.scenario.ps.server_engine_threads), 0) {
   if (context.scenario.lb.balancing == Balancing::kLb)
@@ -53,9 +54,16 @@ void Server::apply_gradients(std::uint64_t key, KeyState& state,
                              bool combine) const {
   std::vector<float> mean(state.velocity.size(), 0.0f);
   if (combine) {
+    // By rank; a participant that dropped this tensor (RoundPlan) counts as a zero update.
     std::vector<std::span<const float>> spans;
-    for (const auto& gradient : gradients)
-      if (gradient->size() == mean.size() * sizeof(float)) spans.push_back(gradient->floats());
+    const std::vector<float> zeros(mean.size(), 0.0f);
+    for (std::size_t w = 0; w < gradients.size(); ++w) {
+      const auto& gradient = gradients[w];
+      if (gradient && gradient->size() == mean.size() * sizeof(float))
+        spans.push_back(gradient->floats());
+      else if (!gradient && plan_.participates(static_cast<int>(w), iteration))
+        spans.emplace_back(zeros);
+    }
     training_->combine(key, spans, mean);
   } else {
     // Async pushes and validators' sums (already weighted) add up; async scales by 1 / workers.
@@ -189,13 +197,14 @@ void Server::sync_push(Message message) {
              std::to_string(workload_.partition(key).bytes));
     return;
   }
+  const int expected = plan_.pushers(iteration, workload_.partition(key).tensor);
   std::function<void()> work;
   if (training_) {
     round.gradients.resize(static_cast<std::size_t>(workload_.workers()));
     round.gradients.at(static_cast<std::size_t>(worker)) = payload;
     // The last push's task runs after every earlier one of this key (same lane, FIFO): it applies
     // the round, in rank order, and snapshots the parameters the round's pulls return.
-    if (static_cast<int>(round.contributors.size()) == workload_.workers()) {
+    if (static_cast<int>(round.contributors.size()) == expected) {
       work = [this, &state, &round, key, iteration] {
         apply_round(key, state, round, round.gradients, iteration, true);
       };
@@ -217,7 +226,7 @@ void Server::sync_push(Message message) {
     };
   }
   message.payload = Payload{};
-  auto done = [this, request = std::move(message), &round, key, iteration, worker]() mutable {
+  auto done = [this, request = std::move(message), &round, key, iteration, worker, expected]() mutable {
     ++round.pushes_applied;
     observer_.push_applied(rt_.self(), worker, key, iteration);
     // A fused push_pull is answered like a pull: with the aggregate, once the round completes.
@@ -225,7 +234,7 @@ void Server::sync_push(Message message) {
       round.waiting_pulls.push_back(std::move(request));
     else
       reply(request);
-    if (round.pushes_applied < workload_.workers()) return;
+    if (round.pushes_applied < expected) return;
     round.complete = true;
     observer_.aggregate_complete(rt_.self(), key, iteration,
                                  round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
@@ -348,9 +357,27 @@ void Server::sync_pull(Message message) {
   Round& round = state.rounds[iteration];
   if (!round.complete) {
     round.waiting_pulls.push_back(std::move(message));
+    if (training_ && scenario_.roles.validators == 0 && !round.applying &&
+        plan_.pushers(iteration, workload_.partition(key).tensor) == 0)
+      apply_unpushed_round(key, state, round, iteration);
     return;
   }
   answer_sync_pull(message, round, key, iteration);
+}
+
+void Server::apply_unpushed_round(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration) {
+  round.applying = true;
+  round.gradients.resize(static_cast<std::size_t>(workload_.workers()));
+  auto work = [this, &state, &round, key, iteration] {
+    apply_round(key, state, round, round.gradients, iteration, true);
+  };
+  auto done = [this, &round, key, iteration] {
+    round.complete = true;
+    observer_.aggregate_complete(rt_.self(), key, iteration, Payload::adopt(round.sum));
+    auto waiting = std::move(round.waiting_pulls);
+    for (const auto& pull : waiting) answer_sync_pull(pull, round, key, iteration);
+  };
+  engine_.submit(state.lane, "aggregate", sum_cost(state.store_bytes), std::move(work), std::move(done));
 }
 
 void Server::answer_sync_pull(const Message& request, Round& round, std::uint64_t key,
@@ -388,6 +415,7 @@ void Server::async_push(Message message) {
       apply_gradients(key, state, std::span(&payload, 1), iteration, false);
     };
   }
+  if (!admit_by_staleness(message, state)) return;
   message.payload = Payload{};
   // Fused push_pull: the reply carries the store as this push left it, snapshotted on the lane.
   std::shared_ptr<Payload> snapshot;
@@ -407,10 +435,36 @@ void Server::async_push(Message message) {
                  std::move(done));
 }
 
+// A key's version counts the pushes admitted to it; the lane applies them and takes pull snapshots
+// in arrival order, so a pull returns exactly the versions admitted before it arrived.
+bool Server::admit_by_staleness(Message& message, KeyState& state) {
+  const int bound = scenario_.ps.max_staleness;
+  if (bound == 0) return true;
+  const auto key = message.header.key;
+  const int worker = rank_of(message.header.sender);
+  const auto last = pulled_version_.find({key, worker});
+  const std::uint64_t staleness = state.version - (last == pulled_version_.end() ? 0 : last->second);
+  const bool admitted = staleness <= static_cast<std::uint64_t>(bound);
+  observer_.push_staleness(rt_.self(), worker, key, message.header.iteration, staleness, admitted);
+  if (admitted) {
+    ++state.version;
+    if (message.header.command == Command::kPushPull) pulled_version_[{key, worker}] = state.version;
+    return true;
+  }
+  message.payload = Payload{};
+  if (message.header.command == Command::kPushPull)
+    async_pull(std::move(message));  // its reply is the current store, like a pull's
+  else
+    reply(message);
+  return false;
+}
+
 void Server::async_pull(Message message) {
   const auto key = message.header.key;
   const auto bytes = workload_.partition(key).bytes;
   auto& state = key_state(key, bytes);
+  if (scenario_.ps.max_staleness > 0 && role_of(message.header.sender) == Role::kWorker)
+    pulled_version_[{key, rank_of(message.header.sender)}] = state.version;
   // Later pushes keep changing the store, so a pull takes a snapshot on the key's lane.
   auto snapshot = std::make_shared<Payload>();
   auto work = [&state, snapshot, bytes] {

@@ -22,6 +22,7 @@
 #include "core/payload.hpp"
 #include "ps/balance.hpp"
 #include "ps/ps_node.hpp"
+#include "ps/round_plan.hpp"
 #include "ps/training.hpp"
 #include "ps/workload.hpp"
 
@@ -46,6 +47,7 @@ class Server final : public PsNode {
     int verdicts_in = 0;
     int verdicts_applied = 0;
     int pulls_answered = 0;
+    bool applying = false;  // RoundPlan: a round no worker pushes to is being applied
     bool complete = false;
   };
   struct KeyState {
@@ -54,6 +56,7 @@ class Server final : public PsNode {
     std::shared_ptr<ByteBuffer> store;      // async; training: the key's parameters
     std::uint64_t store_bytes = 0;
     std::vector<float> velocity;  // training: SGD momentum of the key's slice
+    std::uint64_t version = 0;    // async with ps.max_staleness: pushes applied to the key
   };
 
   void on_ready() override;
@@ -70,9 +73,15 @@ class Server final : public PsNode {
   void sync_push(Message message);
   void sync_pull(Message message);
   void answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
+  // RoundPlan: every participant dropped this key's tensor; the round is applied (zero updates) on
+  // its first pull.
+  void apply_unpushed_round(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration);
   void async_push(Message message);
   void validated_push(Message message);
   void async_pull(Message message);
+  // ps.max_staleness: true if `message` (an async push) is within the bound; refused ones are
+  // acknowledged (a fused one answered like a pull) and never applied.
+  bool admit_by_staleness(Message& message, KeyState& state);
   ComputeCost sum_cost(std::uint64_t bytes) const;
   // Training, on the key's lane: `gradients` applied to the store: combined by the training model's
   // rule (sync, no validators), else summed in order (async: divided by the number of workers).
@@ -87,6 +96,7 @@ class Server final : public PsNode {
 
   const SyntheticWorkload& workload_;
   const TrainingModel* training_;
+  RoundPlan plan_;  // train.participation / train.drop_rate: the pushes each sync round gets
   Executor& engine_;
   std::vector<std::uint64_t> lane_bytes_;
   std::map<std::uint64_t, KeyState> keys_;
@@ -97,6 +107,8 @@ class Server final : public PsNode {
   // Async with validators: pushes not yet judged, by (worker, key, round), with the worker's pull
   // once it comes (answered after the validator's decision is applied).
   std::map<std::tuple<int, std::uint64_t, std::uint32_t>, std::optional<Message>> awaiting_verdict_;
+  // ps.max_staleness: (key, worker) -> the key's version the worker's last pull returned.
+  std::map<std::pair<std::uint64_t, int>, std::uint64_t> pulled_version_;
 };
 
 }  // namespace pstwin

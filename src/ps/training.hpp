@@ -20,8 +20,9 @@ class SyntheticWorkload;
 class GradientSource {
  public:
   virtual ~GradientSource() = default;
-  // Writes the next minibatch's mean-loss gradient at `params` into `grad`.
-  virtual void step(std::span<const float> params, std::span<float> grad) = 0;
+  // Writes round `round`'s update at `params` into `grad`: the next minibatch's mean-loss gradient
+  // (train.local_steps > 1: the sum of that many local steps' gradients).
+  virtual void step(std::uint32_t round, std::span<const float> params, std::span<float> grad) = 0;
   virtual double flops_per_step() const = 0;  // the simulator's compute cost of one step
 };
 

@@ -14,6 +14,7 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
     : PsNode(context, Role::kWorker, rank),
       workload_(workload),
       training_(training),
+      plan_(context.scenario, workload),
       compute_stage_(context.runtime.executor("compute", 1)),
       copy_stage_(context.runtime.executor("copy", 1)),
       push_stage_(context.runtime.executor("push", 1)) {
@@ -76,7 +77,7 @@ void Worker::try_forward() {
   const double share = scenario_.workload.forward_share * tensor_share_[next_forward_];
   const bool last = next_forward_ + 1 == tensor_parts_.size();
   std::function<void()> work;
-  if (training_ && last) work = [this] { gradients_->step(params_, grad_); };
+  if (training_ && last) work = [this] { gradients_->step(compute_iteration_, params_, grad_); };
   compute_stage_.submit(0, "forward", {layer_cost_.seconds * share, layer_cost_.flops * share},
                         std::move(work), [this, last] {
                           forwarding_ = false;
@@ -114,13 +115,53 @@ void Worker::stage_tensor(int tensor) {
 
 void Worker::start_iteration(Seconds started) {
   iteration_start_ = started;
+  if (!plan_.participates(rank_, iteration_)) {
+    pull_only();
+    return;
+  }
   std::function<void()> work;
-  if (training_) work = [this] { gradients_->step(params_, grad_); };
+  if (training_) work = [this] { gradients_->step(iteration_, params_, grad_); };
   compute_stage_.submit(0, "compute", iteration_cost(), std::move(work), [this] {
     pulls_outstanding_ = workload_.partitions().size();
-    pushes_unacked_ = workload_.partitions().size();
-    for (const auto& partition : workload_.partitions()) stage_and_push(partition);
+    pushes_unacked_ = 0;
+    for (const auto& partition : workload_.partitions())
+      pushes_unacked_ += plan_.pushes(rank_, iteration_, partition.tensor) ? 1 : 0;
+    for (const auto& partition : workload_.partitions()) {
+      if (plan_.pushes(rank_, iteration_, partition.tensor))
+        stage_and_push(partition);
+      else
+        request_pull(partition);  // dropped tensor: the round's aggregate only
+    }
   });
+}
+
+void Worker::pull_only() {
+  pulls_outstanding_ = workload_.partitions().size();
+  pushes_unacked_ = 0;
+  for (const auto& partition : workload_.partitions()) request_pull(partition);
+}
+
+void Worker::request_pull(const PartitionSpec& partition) {
+  MessageHeader fields;
+  fields.key = partition.key;
+  fields.iteration = iteration_;
+  fields.partition = partition.part;
+  fields.priority = partition.priority;
+  send_to(server_id(destination(partition)), Command::kPull, fields);
+}
+
+void Worker::keep_unsent_steps(std::uint32_t round) {
+  if (!training_ || !plan_.active() || !plan_.participates(rank_, round)) return;
+  for (int tensor = 0; tensor < plan_.tensors(); ++tensor) {
+    if (plan_.pushes(rank_, round, tensor)) continue;
+    std::size_t size = 0;
+    for (const auto& partition : workload_.partitions())
+      if (partition.tensor == tensor) size += partition.bytes / sizeof(float);
+    const auto offset = training_->tensor_offset(tensor);
+    std::vector<float> velocity(size, 0.0f);  // a plain step: no momentum carried
+    training_->apply(std::span(params_).subspan(offset, size),
+                     std::span<const float>(grad_).subspan(offset, size), velocity, round);
+  }
 }
 
 std::size_t Worker::element_offset(const PartitionSpec& partition) const {
@@ -315,7 +356,8 @@ void Worker::on_model_received() {
   if (decisions_)
     send_to(kSchedulerId, Command::kLbReport, MessageHeader{}, encode_report(monitor_.take(iteration_)));
   ++iteration_;
-  snapshot_model();
+  snapshot_model();  // the global model: worker 0's own unsent steps are not evaluated
+  keep_unsent_steps(iteration_ - 1);
   if (static_cast<int>(iteration_) >= scenario_.workload.iterations) {
     send_to(kSchedulerId, Command::kWorkerDone, MessageHeader{});
     return;

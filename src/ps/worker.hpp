@@ -17,6 +17,7 @@
 
 #include "ps/balance.hpp"
 #include "ps/ps_node.hpp"
+#include "ps/round_plan.hpp"
 #include "ps/training.hpp"
 #include "ps/workload.hpp"
 
@@ -44,6 +45,8 @@ class Worker final : public PsNode {
   void stage_tensor(int tensor);
   void on_model_received();
   void stage_and_push(const PartitionSpec& partition);
+  void request_pull(const PartitionSpec& partition);  // a pull without a push (RoundPlan)
+  void pull_only();  // a round this worker sits out (train.participation): only the model
   void ready_to_push(const PartitionSpec& partition, Payload payload);
   void dispatch_pushes();
   void push(const PartitionSpec& partition, Payload payload);
@@ -55,10 +58,14 @@ class Worker final : public PsNode {
   void fill_push(const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) const;
   std::size_t element_offset(const PartitionSpec& partition) const;  // in the flat model
   void snapshot_model();
+  // train.drop_rate: this round's unsent tensors stay on the replica as one local SGD step of their
+  // own gradient slice, for one round only (ZenoPS's error reset).
+  void keep_unsent_steps(std::uint32_t round);
 
   const SyntheticWorkload& workload_;
   const TrainingModel* training_;
   std::unique_ptr<GradientSource> gradients_;  // training only
+  RoundPlan plan_;                             // train.participation / train.drop_rate
   std::vector<float> params_, grad_;           // training only: the replica and its gradient
   Seconds training_start_ = 0;
   Executor& compute_stage_;

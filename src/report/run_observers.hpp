@@ -11,6 +11,7 @@
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
 #include "report/run_report.hpp"
+#include "report/staleness_recorder.hpp"
 #include "report/validation_recorder.hpp"
 
 namespace pstwin {
@@ -31,6 +32,7 @@ class RunObservers {
     recorder.fill(report);
     if (training) report.accuracy = accuracy.evaluate(*training);
     if (sc_.roles.validators > 0) report.validation = validation.summary();
+    if (sc_.ps.max_staleness > 0) report.staleness = staleness.summary();
   }
   // Last, once nothing adds a check any more.
   void fold_invariants(RunReport& report) const {
@@ -47,7 +49,8 @@ class RunObservers {
   std::unique_ptr<TrainingModel> training;  // null: synthetic workload
   AccuracyRecorder accuracy;
   ValidationRecorder validation;
-  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation}};
+  StalenessRecorder staleness{static_cast<std::uint64_t>(sc_.ps.max_staleness)};
+  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation, &staleness}};
 };
 
 }  // namespace pstwin

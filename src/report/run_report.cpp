@@ -114,6 +114,12 @@ nlohmann::ordered_json to_json(const RunReport& r) {
     for (const auto& [judged, accepted] : r.validation->per_worker)
       v["per_worker"].push_back({judged, accepted});
   }
+  if (r.staleness) {
+    const auto& s = *r.staleness;
+    j["staleness"] = {{"bound", s.bound},       {"applied", s.applied},
+                      {"refused", s.refused},   {"max_applied", s.max_applied},
+                      {"max_seen", s.max_seen}, {"refused_per_worker", s.refused_per_worker}};
+  }
   if (r.bound)
     j["bound"] = {
         {"time_s", r.bound->time_s}, {"achieved_s", r.bound->achieved_s}, {"formula", r.bound->formula}};
@@ -215,6 +221,11 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     for (const auto& w : v.at("per_worker")) summary.per_worker.emplace_back(w.at(0), w.at(1));
     r.validation = summary;
   }
+  if (j.contains("staleness")) {
+    const auto& s = j["staleness"];
+    r.staleness = StalenessSummary{s.at("bound"),       s.at("applied"),  s.at("refused"),
+                                   s.at("max_applied"), s.at("max_seen"), s.at("refused_per_worker")};
+  }
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");
@@ -308,6 +319,10 @@ std::string summary_text(const RunReport& r) {
   if (r.accuracy)
     out << "  test accuracy: " << r.accuracy->final_accuracy << " after "
         << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations\n";
+  if (r.staleness)
+    out << "  staleness: " << r.staleness->refused << " pushes refused beyond " << r.staleness->bound << ", "
+        << r.staleness->applied << " applied (largest staleness applied " << r.staleness->max_applied
+        << ")\n";
   if (r.validation)
     out << "  validators: " << r.validation->accepted << " of " << r.validation->judged
         << " updates accepted\n";

@@ -90,6 +90,17 @@ struct ValidationSummary {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> per_worker;  // (judged, accepted) by rank
 };
 
+// Async with ps.max_staleness: the servers' pushes (per key partition) by staleness, i.e. how many
+// versions of the key were applied between the worker's last pull of it and the push's arrival.
+struct StalenessSummary {
+  std::uint64_t bound = 0;                        // ps.max_staleness
+  std::uint64_t applied = 0;                      // pushes within the bound
+  std::uint64_t refused = 0;                      // pushes beyond it: acknowledged, never applied
+  std::uint64_t max_applied = 0;                  // the largest staleness of an applied push (<= bound)
+  std::uint64_t max_seen = 0;                     // the largest staleness of any push
+  std::vector<std::uint64_t> refused_per_worker;  // by rank
+};
+
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
   int pid = 0;
@@ -117,6 +128,7 @@ struct RunReport {
   std::string model_digest;
   std::optional<AccuracyCurve> accuracy;        // mlp runs only
   std::optional<ValidationSummary> validation;  // runs with validators (in-process backends)
+  std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;
   std::vector<NodeInfo> nodes;

@@ -758,6 +758,10 @@ std::vector<Field> make_registry() {
                          "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "
                          "measures each server's bandwidth and gives it a share of every tensor in "
                          "proportion (docs/FPT.md); sync mode only."));
+  f.push_back(make_field("ps.max_staleness", PSTWIN_MEMBER(ps.max_staleness), IntCodec{0},
+                         "Async bounded staleness: a server refuses (acknowledges, never applies) a push "
+                         "whose key had more than this many updates applied since the worker last pulled it; "
+                         "counts in results.json `staleness`. 0: unbounded."));
   f.push_back(make_field("lb.probe_at", PSTWIN_MEMBER(lb.probe_at), CountListCodec{0},
                          "`lb`: iterations run in the probe state (equal split, bandwidths measured) on "
                          "request; iteration 0 always is, and so is any after a missing or zero "
@@ -832,6 +836,18 @@ std::vector<Field> make_registry() {
                          "* train.lr_final at workload.iterations (the iteration is the push's round tag)."));
   f.push_back(make_field("train.lr_final", PSTWIN_MEMBER(train.lr_final), RealCodec{0},
                          "`cosine` only: the last learning rate as a fraction of train.learning_rate."));
+  // ZenoPS's experiment modes (docs/ZENO.md, "Modes").
+  f.push_back(make_field("train.local_steps", PSTWIN_MEMBER(train.local_steps), IntCodec{1},
+                         "Local SGD (ZenoPS's H): each worker takes this many plain SGD steps on its replica "
+                         "per round and pushes the sum of their gradients (its model delta / -lr); a "
+                         "validator's v is scaled to match. 1: one gradient, as before."));
+  f.push_back(make_field("train.participation", PSTWIN_MEMBER(train.participation), RealCodec{0},
+                         "Sync: each round round(participation * workers) workers (at least 1) push, drawn "
+                         "from the seed's stream \"train.participation\"; the others only pull. 1: all."));
+  f.push_back(make_field("train.drop_rate", PSTWIN_MEMBER(train.drop_rate), RealCodec{0},
+                         "Sync: a participant skips pushing each tensor with this probability (stream "
+                         "\"train.drop\"); it counts as a zero update and the worker keeps its unsent step "
+                         "for one round, then resets it (ZenoPS's error reset). 0: every tensor pushed."));
   // [zeno] and [attack]: issue 4 (docs/ZENO.md, docs/ROBUSTNESS.md)
   f.push_back(make_field("zeno.rule", PSTWIN_MEMBER(zeno.rule), StringCodec{},
                          "Aggregation rule: mean, median, trimmed-mean, krum, multi-krum, centered-clipping, "
@@ -879,9 +895,10 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("zeno.duplicate_candidates", PSTWIN_MEMBER(zeno.duplicate_candidates), BoolCodec{},
                          "Fault hook: servers forward every push to its validator twice (the tags must "
                          "refuse the copy)."));
-  f.push_back(make_field("attack.kind", PSTWIN_MEMBER(attack.kind), StringCodec{},
-                         "none, sign-flip, gaussian, norm-matched, label-flip, bit-flip, alie, ipm "
-                         "(docs/ZENO.md)."));
+  f.push_back(
+      make_field("attack.kind", PSTWIN_MEMBER(attack.kind), StringCodec{},
+                 "none, sign-flip, gaussian, norm-matched, label-flip, bit-flip, alie, ipm, validator "
+                 "(docs/ZENO.md)."));
   f.push_back(make_field("attack.byzantine", PSTWIN_MEMBER(attack.byzantine), CountListCodec{0, "[0, 3, 5]"},
                          "Ranks of the Byzantine workers, attacking every push."));
   f.push_back(make_field("attack.probability", PSTWIN_MEMBER(attack.probability), RealCodec{0},
@@ -895,6 +912,12 @@ std::vector<Field> make_registry() {
                          "bit-flip: share of elements whose bit 30 is flipped."));
   f.push_back(make_field("attack.alie_z", PSTWIN_MEMBER(attack.alie_z), RealCodec{0},
                          "alie: z; 0 derives it from the workers and the Byzantine count."));
+  // The attack aimed at the validator (docs/ZENO.md, "Modes").
+  f.push_back(make_field("attack.margin", PSTWIN_MEMBER(attack.margin), RealCodec{0},
+                         "validator: <u,v> aims at (zeno.zenops_rho + margin) ||v||^2, v estimated by the "
+                         "attacker's own honest update; larger passes more often, harms less."));
+  f.push_back(make_field("attack.norm_fraction", PSTWIN_MEMBER(attack.norm_fraction), RealCodec{0},
+                         "validator: ||u||^2 = norm_fraction * zeno.norm_bound * ||v||^2, in (0, 1)."));
   // [staging]
   f.push_back(make_field(
       "staging.enabled", PSTWIN_MEMBER(staging.enabled), BoolCodec{},
@@ -1360,6 +1383,26 @@ class Validator {
     if (s_.attack.kind != "none" && s_.attack.byzantine.empty() && s_.attack.probability == 0)
       fail("attack.kind", "no worker attacks: set attack.byzantine = [ranks] or attack.probability");
     if (s_.train.lr_final > 1) fail("train.lr_final", "must be in [0, 1], a fraction of train.learning_rate");
+    const bool planned = s_.train.participation < 1 || s_.train.drop_rate > 0;
+    const char* planned_field = s_.train.drop_rate > 0 ? "train.drop_rate" : "train.participation";
+    if (s_.train.participation > 1 || !(s_.train.participation > 0))
+      fail("train.participation", "must be in (0, 1], the share of workers per round, e.g. 0.5");
+    if (s_.train.drop_rate >= 1) fail("train.drop_rate", "must be in [0, 1), e.g. 0.1");
+    if (planned && !mlp) fail(planned_field, "needs workload.kind = \"mlp\"");
+    if (planned && s_.ps.mode != TrainingMode::kSync)
+      fail(planned_field,
+           "is a sync-round mode (async pushes are not grouped into rounds): set ps.mode = \"sync\"");
+    if (planned && (s_.workload.layerwise || s_.lb.balancing == Balancing::kLb))
+      fail(planned_field, "is not supported with workload.layerwise or ps.balancing = \"lb\" yet");
+    if (s_.ps.max_staleness > 0 && s_.ps.mode != TrainingMode::kAsync)
+      fail("ps.max_staleness", "bounds async staleness; sync rounds have none: set ps.mode = \"async\" or 0");
+    if (s_.ps.max_staleness > 0 && !mlp)
+      fail("ps.max_staleness",
+           "refused pushes change the synthetic workload's checked sums: use workload.kind = \"mlp\" or 0");
+    if (s_.ps.max_staleness > 0 && s_.roles.validators > 0)
+      fail("ps.max_staleness",
+           "is not supported with validators yet (they judge whole updates, servers "
+           "refuse per key): set roles.validators = 0 or ps.max_staleness = 0");
   }
 
   bool host_exists(std::string_view name) const {

@@ -68,6 +68,7 @@ struct PsConfig {
   double heartbeat_interval_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double connect_timeout_s = 10.0;  // how long a node waits for the scheduler's node table
+  int max_staleness = 0;  // async: refuse a push more than this many key versions behind; 0 = unbounded
 };
 
 struct WorkloadConfig {
@@ -98,6 +99,9 @@ struct TrainConfig {
   std::string dataset = "/usr/share/datasets/fashion-mnist";
   std::string lr_schedule = "constant";  // constant | cosine (to learning_rate * lr_final at the end)
   double lr_final = 0.1;
+  int local_steps = 1;         // H: SGD steps per round on the worker's replica, the summed gradient pushed
+  double participation = 1.0;  // sync: share of workers taking part in each round (seeded, ps/round_plan)
+  double drop_rate = 0.0;      // sync: a participant skips pushing each tensor with this probability
 };
 
 // [zeno]: the robust aggregation rule (issue 4) and its parameters, as src/zeno/rules.hpp names them.
@@ -135,7 +139,9 @@ struct AttackScenarioConfig {
   double sigma = 1.0;    // gaussian
   double epsilon = 0.1;  // ipm
   double bit_rate = 0.001;
-  double alie_z = 0;  // 0: derived from n and f
+  double alie_z = 0;           // 0: derived from n and f
+  double margin = 0.3;         // validator attack: <u,v> aims at (rho + margin) ||v||^2
+  double norm_fraction = 0.5;  // validator attack: ||u||^2 = fraction * c * ||v||^2
 };
 
 struct StagingConfig {

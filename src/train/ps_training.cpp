@@ -5,21 +5,29 @@
 #include <string>
 
 #include "train/idx_dataset.hpp"
+#include "train/local_sgd.hpp"
 #include "train/shard_trainer.hpp"
 
 namespace pstwin::train {
 namespace {
 
+// One round of an honest worker: train.local_steps SGD steps at the round's learning rate.
 class ShardGradients final : public GradientSource {
  public:
-  ShardGradients(const Mlp& model, const ImageDataset& data, std::vector<std::uint32_t> shard,
-                 std::size_t batch, RandomStream batches)
-      : trainer_(model, data, std::move(shard), batch, batches) {}
-  void step(std::span<const float> params, std::span<float> grad) override { trainer_.step(params, grad); }
-  double flops_per_step() const override { return trainer_.flops_per_step(); }
+  ShardGradients(const MlpTraining& training, const ImageDataset& data, std::vector<std::uint32_t> shard,
+                 std::size_t batch, RandomStream batches, int local_steps)
+      : training_(training),
+        trainer_(training.model(), data, std::move(shard), batch, batches),
+        local_(local_steps) {}
+  void step(std::uint32_t round, std::span<const float> params, std::span<float> grad) override {
+    local_.run(trainer_, params, grad, training_.learning_rate(round));
+  }
+  double flops_per_step() const override { return trainer_.flops_per_step() * local_.steps(); }
 
  private:
+  const MlpTraining& training_;
   ShardTrainer trainer_;
+  LocalSgd local_;
 };
 
 // A missing or damaged data set is bad input: name the field that points at it.
@@ -89,8 +97,9 @@ std::unique_ptr<GradientSource> MlpTraining::worker(int rank) const {
                         std::to_string(rank) + "'s shard of " + std::to_string(shard.size()) +
                         " images; lower train.batch or roles.workers");
   return std::make_unique<ShardGradients>(
-      model_, data, shard, batch,
-      RandomStream(scenario_.seed, "train.batches", static_cast<std::uint64_t>(rank)));
+      *this, data, shard, batch,
+      RandomStream(scenario_.seed, "train.batches", static_cast<std::uint64_t>(rank)),
+      scenario_.train.local_steps);
 }
 
 float MlpTraining::learning_rate(std::uint32_t iteration) const {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "train/local_sgd.hpp"
 #include "zeno/validator.hpp"
 
 namespace pstwin::zeno {
@@ -22,7 +23,14 @@ class AttackingSource final : public GradientSource {
  public:
   AttackingSource(const train::MlpTraining& training, const Scenario& scenario, const AttackConfig& config,
                   const AttackPlan& plan, int rank)
-      : config_(config), plan_(plan), rank_(rank), seed_(scenario.seed) {
+      : training_(training),
+        config_(config),
+        plan_(plan),
+        rank_(rank),
+        seed_(scenario.seed),
+        local_(scenario.train.local_steps) {
+    if (scenario.zeno.per_tensor)
+      for (const auto& t : training.model().tensors()) tensors_.push_back({t.offset, t.size()});
     const auto& shards = training.shards();
     const auto batch = static_cast<std::size_t>(scenario.train.batch);
     own_ = training.trainer(shards.workers.at(static_cast<std::size_t>(rank)), batch,
@@ -39,38 +47,50 @@ class AttackingSource final : public GradientSource {
     }
   }
 
-  void step(std::span<const float> params, std::span<float> grad) override {
-    const std::uint64_t round = round_++;
+  void step(std::uint32_t round, std::span<const float> params, std::span<float> grad) override {
     const bool attack = plan_.attacks(rank_, round);
+    const float lr = training_.learning_rate(round);
     if (config_.kind == AttackKind::kLabelFlip) {
       static const auto kFlip = label_flip_map(10);
       static const std::vector<std::uint8_t> kSame{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
       own_->set_label_map(attack ? kFlip : kSame);
-      own_->step(params, grad);
+      local_.run(*own_, params, grad, lr);
       return;
     }
-    own_->step(params, grad);
+    local_.run(*own_, params, grad, lr);
     if (!attack) return;
     std::vector<std::vector<float>> honest(shadows_.size(), std::vector<float>(grad.size()));
     std::vector<std::span<const float>> views;
     for (std::size_t i = 0; i < shadows_.size(); ++i) {
-      shadows_[i]->step(params, honest[i]);
+      local_.run(*shadows_[i], params, honest[i], lr);
       views.emplace_back(honest[i]);
     }
     RandomStream rng = attack_stream(seed_, round, static_cast<std::uint32_t>(rank_));
-    const auto sent = apply_attack(config_, AttackInputs{.own = grad, .honest = views}, rng);
+    // The validator attack has no v: its estimate is the attacker's own honest update (same model,
+    // same kind of batch), and it knows no other worker's update, so its harm is a random direction
+    // orthogonal to that estimate (docs/ZENO.md).
+    const bool aimed = config_.kind == AttackKind::kValidator;
+    const auto sent = apply_attack(
+        config_,
+        AttackInputs{.own = grad,
+                     .honest = views,
+                     .reference = aimed ? std::span<const float>(grad) : std::span<const float>{},
+                     .tensors = tensors_},
+        rng);
     std::copy(sent.begin(), sent.end(), grad.begin());
   }
-  double flops_per_step() const override { return own_->flops_per_step(); }
+  double flops_per_step() const override { return own_->flops_per_step() * local_.steps(); }
 
  private:
+  const train::MlpTraining& training_;
   const AttackConfig& config_;
   const AttackPlan& plan_;
   int rank_;
   std::uint64_t seed_;
-  std::uint64_t round_ = 0;
+  train::LocalSgd local_;  // train.local_steps: the attacker's honest update is H steps too
   std::unique_ptr<train::ShardTrainer> own_;
   std::vector<std::unique_ptr<train::ShardTrainer>> shadows_;
+  std::vector<TensorSlice> tensors_;  // validator attack: per tensor as zeno.per_tensor judges
 };
 
 [[noreturn]] void bad(const std::string& field, const std::string& value, const std::string& why) {
@@ -144,10 +164,10 @@ AttackConfig attack_config(const Scenario& sc) {
   } catch (const std::invalid_argument& e) {
     bad("attack.kind", "\"" + a.kind + "\"", e.what());
   }
-  if (c.kind == AttackKind::kValidator)
-    bad("attack.kind", "\"validator\"",
-        "the attack on the validator needs the validator's vector v, which workers do not have yet; use it "
-        "through the library (apply_attack)");
+  c.validator.rho = sc.zeno.zenops_rho;  // the attacker is assumed to know the validator's settings
+  c.validator.norm_bound = sc.zeno.norm_bound;
+  c.validator.margin = a.margin;
+  c.validator.norm_fraction = a.norm_fraction;
   c.sign_flip.scale = a.scale;
   c.norm_matched.scale = a.scale;
   c.gaussian.sigma = a.sigma;

@@ -23,6 +23,7 @@ Validator::Validator(NodeContext context, int rank, const SyntheticWorkload& wor
       training_(training),
       rule_(rule),
       sync_(context.scenario.ps.mode == TrainingMode::kSync),
+      plan_(context.scenario, workload),
       compute_stage_(context.runtime.executor("compute", 1)) {
   const int validators = scenario_.roles.validators;
   for (int w = rank; w < scenario_.roles.workers; w += validators) workers_.push_back(w);
@@ -65,6 +66,10 @@ void Validator::on_candidate(Message message) {
     why = "not a server's forwarded push";
   else if (why.empty() && (worker >= scenario_.roles.workers || worker % scenario_.roles.validators != rank_))
     why = "worker " + std::to_string(worker) + " is not one of this validator's";
+  else if (why.empty() && !plan_.pushes(worker, round, partition->tensor))
+    why = "worker " + std::to_string(worker) +
+          " does not push this tensor in this round (train.participation, "
+          "train.drop_rate)";
   else if (why.empty() && partition->bytes != message.payload.size())
     why = std::to_string(message.payload.size()) + " bytes, expected " + std::to_string(partition->bytes);
   else if (why.empty() && sync_ && (round < judged_ || round > round_ + 1))
@@ -92,6 +97,7 @@ std::vector<float> Validator::take_update(std::uint32_t round, int worker) {
   std::vector<float> update(params_.size());
   for (const auto& partition : workload_.partitions()) {
     auto node = candidates_.extract(Slot{round, worker, partition.key});
+    if (node.empty()) continue;  // a tensor the worker dropped (RoundPlan): a zero update
     const auto values = node.mapped().floats();
     std::copy(values.begin(), values.end(),
               update.begin() + static_cast<std::ptrdiff_t>(element_offset(partition)));
@@ -111,6 +117,10 @@ std::vector<float> Validator::reference(std::uint32_t round) {
       x[i] -= lr * grad[i];
     }
   }
+  // Workers with train.local_steps = H push the sum of H gradients: v in the same units.
+  const int worker_steps = scenario_.train.local_steps;
+  if (worker_steps > 1)
+    for (float& value : mean) value *= static_cast<float>(worker_steps);
   return mean;
 }
 
@@ -119,8 +129,10 @@ void Validator::next() {
   if (sync_) {
     if (!model_current_) return;
     for (int worker : workers_) {
+      if (!plan_.participates(worker, round_)) continue;
       auto it = parts_in_.find({round_, worker});
-      if (it == parts_in_.end() || it->second < workload_.partitions().size()) return;
+      const std::size_t in = it == parts_in_.end() ? 0 : it->second;
+      if (in < expected_keys(round_, worker)) return;
     }
     judge_round(round_);
     return;
@@ -137,11 +149,23 @@ void Validator::next() {
   judge_one(update);
 }
 
+std::size_t Validator::expected_keys(std::uint32_t round, int worker) const {
+  std::size_t keys = 0;
+  for (const auto& partition : workload_.partitions())
+    keys += plan_.pushes(worker, round, partition.tensor) ? 1 : 0;
+  return keys;
+}
+
 void Validator::judge_round(std::uint32_t round) {
   busy_ = true;
   judged_ = round + 1;  // sync: rounds judged
   auto updates = std::make_shared<std::vector<std::vector<float>>>();
-  for (int worker : workers_) updates->push_back(take_update(round, worker));
+  auto judged = std::make_shared<std::vector<int>>();  // this round's participants among ours
+  for (int worker : workers_) {
+    if (!plan_.participates(worker, round)) continue;
+    updates->push_back(take_update(round, worker));
+    judged->push_back(worker);
+  }
   auto result = std::make_shared<Aggregate>();
   auto error = std::make_shared<std::string>();
   const double flops = training_.model().train_flops_per_sample() *
@@ -149,6 +173,10 @@ void Validator::judge_round(std::uint32_t round) {
                            (uses_reference(rule_.kind) ? scenario_.zeno.local_steps : 0) +
                        6.0 * static_cast<double>(updates->size() * params_.size());
   auto work = guarded(error, [this, updates, result, round] {
+    if (updates->empty()) {  // none of ours takes part this round (train.participation): a zero sum
+      result->value.assign(params_.size(), 0.0f);
+      return;
+    }
     std::vector<std::span<const float>> views(updates->begin(), updates->end());
     std::vector<TensorSlice> tensors;
     for (const auto& t : training_.model().tensors()) tensors.push_back({t.offset, t.size()});
@@ -171,12 +199,12 @@ void Validator::judge_round(std::uint32_t round) {
     *result = aggregate(rule_, inputs);
     if (rule_.kind == RuleKind::kCenteredClipping) center_ = result->value;
   });
-  auto done = [this, result, error, round] {
+  auto done = [this, result, error, round, judged] {
     if (!error->empty()) return fail_round(round, *error);
-    for (std::size_t i = 0; i < workers_.size(); ++i)
-      observer_.candidate_judged(rank_, workers_[i], round, result->decisions[i].accepted);
-    // The servers add the validators' sums: weight ours by our share of the workers.
-    const float share = static_cast<float>(workers_.size()) / static_cast<float>(scenario_.roles.workers);
+    for (std::size_t i = 0; i < judged->size(); ++i)
+      observer_.candidate_judged(rank_, (*judged)[i], round, result->decisions[i].accepted);
+    // The servers add the validators' sums: weight ours by our share of the round's participants.
+    const float share = static_cast<float>(judged->size()) / static_cast<float>(plan_.participants(round));
     for (auto& value : result->value) value *= share;
     send_sums(round, rank_, result->value);
     busy_ = false;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ps/ps_node.hpp"
+#include "ps/round_plan.hpp"
 #include "ps/workload.hpp"
 #include "train/ps_training.hpp"
 #include "zeno/rules.hpp"
@@ -49,7 +50,8 @@ class Validator final : public PsNode {
   void on_pull_response(const Message& message);
   void pull_model(std::uint32_t round);
   void next();  // starts the next judgement if one is due and nothing is in progress
-  // Moves the keys of (round, worker) out of candidates_ into one flat update.
+  std::size_t expected_keys(std::uint32_t round, int worker) const;  // RoundPlan: the keys it pushes
+  // Moves the keys of (round, worker) out of candidates_ into one flat update (dropped tensors: 0).
   std::vector<float> take_update(std::uint32_t round, int worker);
   // The validator's reference at params_: its mean gradient over zeno.local_steps plain SGD steps.
   std::vector<float> reference(std::uint32_t round);
@@ -65,6 +67,7 @@ class Validator final : public PsNode {
   const train::MlpTraining& training_;
   const RuleConfig rule_;
   const bool sync_;
+  RoundPlan plan_;            // sync: who pushes which tensors in each round
   std::vector<int> workers_;  // assigned ranks, ascending
   std::unique_ptr<train::ShardTrainer> trainer_;
   std::vector<std::uint32_t> held_out_;
