@@ -13,6 +13,7 @@
 #include "core/digest.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
+#include "ps/round_plan.hpp"
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
@@ -43,6 +44,11 @@ class NodeStats final : public RunObserver {
   }
   void barrier_released(int group, Seconds at) override {
     if (verbose_ >= 1) log_("barrier released for group " + std::to_string(group) + " at " + time(at));
+  }
+  // ps.max_staleness: a refused push is accounted for, like an applied one.
+  void push_staleness(NodeId /*server*/, int worker, std::uint64_t key, std::uint32_t iteration,
+                      std::uint64_t /*staleness*/, bool admitted) override {
+    if (!admitted) applied.insert({key, iteration, worker});
   }
   void push_applied(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
     applied.insert({key, iteration, worker});
@@ -133,18 +139,20 @@ std::string label_of(const NodeEnv& env) {
 }
 
 // Pushes this server must have applied: with djb2 hashing the partitions hashed to it, every
-// iteration; with ps.balancing = "lb" the partitions each iteration's decision (as this server took
-// it up) gives it, so moving a key to another server is not counted as a lost update.
+// iteration (those the round plan has pushed); with ps.balancing = "lb" the partitions each iteration's
+// decision (as this server took it up) gives it, so moving a key to another server is not counted as a lost
+// update.
 void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int rank, NodeId id,
                    const NodeStats& stats, InvariantChecker& checker) {
   const auto workers = static_cast<std::uint64_t>(workload.workers());
+  const RoundPlan plan(sc, workload);  // train.participation / drop_rate: the pushes it calls for
   std::uint64_t expected = 0;
   std::string missing;
   for (int it = 0; it < workload.iterations(); ++it) {
     if (sc.lb.balancing != Balancing::kLb) {
-      expected += workers *
-                  static_cast<std::uint64_t>(std::ranges::count_if(
-                      workload.partitions(), [&](const PartitionSpec& p) { return p.server_rank == rank; }));
+      for (const auto& p : workload.partitions())
+        if (p.server_rank == rank)
+          expected += static_cast<std::uint64_t>(plan.pushers(static_cast<std::uint32_t>(it), p.tensor));
       continue;
     }
     const auto found = stats.decisions.find(static_cast<std::uint32_t>(it));

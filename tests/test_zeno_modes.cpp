@@ -74,8 +74,8 @@ TEST(ZenoModes, LocalStepsPushHStepsAndTheValidatorsVMatches) {
 const std::string kAsyncSkew =
     " --set roles.workers=4 --set roles.servers=1 --set roles.validators=0 --set zeno.rule=mean"
     " --set attack.kind=none --set attack.probability=0 --set workload.iterations=30 --set train.eval_every=0"
-    " --set cluster.hosts=4 --set cluster.host_cores=1 --set roles.server_hosts=[h0]"
-    " --set roles.worker_hosts=[h1,h2,h2,h2]";
+    " --set cluster.hosts=4 --set cluster.host_cores=1 --set roles.server_hosts=h0"
+    " --set roles.worker_hosts=h1,h2,h2,h2";
 
 TEST(ZenoModes, BoundedStalenessNeverAppliesAPushBeyondTheBound) {
   const auto bounded =
