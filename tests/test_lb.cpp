@@ -1,9 +1,11 @@
-// Load balancing (issue 5): the bandwidth monitor, the scheduler's balancer and routing by decision.
+// Load balancing (issue 5): the bandwidth monitor, the scheduler's balancer and routing by decision,
+// worker-side aggregators (lb.worker_aggregators: the optimal split, the workers' probe, routing).
 // Unit checks of the pure pieces, then end to end through the pstwin binary and real SimGrid.
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "core/codec.hpp"
 #include "ps/balance.hpp"
@@ -241,6 +243,163 @@ TEST(Lb, DecisionSwitchUnderInFlightTrafficLosesAndMisroutesNothingIn500Seeds) {
   EXPECT_GE(versions.size(), 4u);
   EXPECT_GT(r["invariants"]["by_invariant"]["routing"]["checked"].get<int>(), 100);
   EXPECT_GT(r["invariants"]["by_invariant"]["aggregates"]["checked"].get<int>(), 0);
+}
+
+// ---------------------------------------------------------------- worker-side aggregators
+
+constexpr double kGbps = 1e9 / 8;
+
+TEST(LbAggregators, OptimalSplitGivesTheDocumentedOptimaAndEqualLinkTimes) {
+  // docs/FPT.md: 100 MB, servers at 10/10/5/2.5 Gb/s, workers at 10 Gb/s: 111 ms with 8 workers,
+  // 89 ms with 4 (the figures issue 5 quotes); servers only: 233 and 116 ms.
+  const std::vector<double> servers{10 * kGbps, 10 * kGbps, 5 * kGbps, 2.5 * kGbps};
+  const double model = 100e6;
+  for (auto [n, expected, servers_only] : {std::tuple{8, 0.1113, 0.2327}, std::tuple{4, 0.0889, 0.1164}}) {
+    const std::vector<double> workers(static_cast<std::size_t>(n), 10 * kGbps);
+    const auto split = optimal_split(servers, workers, model);
+    EXPECT_NEAR(split.time_s, expected, 5e-4) << n;
+    EXPECT_NEAR(optimal_split(servers, {}, model).time_s * n, servers_only, 5e-4) << n;
+    EXPECT_NEAR(std::accumulate(split.shares.begin(), split.shares.end(), 0.0), 1.0, 1e-12);
+    // Every link busy for the same time: server j n s_j M / B_j, worker w ((1 - x)M + (n-1) x M) / B_w.
+    for (std::size_t j = 0; j < servers.size(); ++j)
+      EXPECT_NEAR(n * split.shares[j] * model / servers[j], split.time_s, 1e-9) << j;
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      const double x = split.shares[servers.size() + w];
+      EXPECT_GT(x, 0);
+      EXPECT_NEAR(((1 - x) + (n - 1) * x) * model / workers[w], split.time_s, 1e-9) << w;
+    }
+  }
+  // A worker too slow to carry even its own pushes and pulls in T aggregates nothing.
+  const auto slow =
+      optimal_split(servers, std::vector<double>{10 * kGbps, 10 * kGbps, 10 * kGbps, 0.5 * kGbps}, model);
+  EXPECT_EQ(slow.shares[7], 0);
+  EXPECT_NEAR(std::accumulate(slow.shares.begin(), slow.shares.end(), 0.0), 1.0, 1e-12);
+  EXPECT_NEAR(slow.time_s, model / (0.5 * kGbps), 1e-9);  // its own model's worth of traffic
+}
+
+Scenario agg_lb(std::string extra = "") {
+  return parse_scenario(
+      "[roles]\nservers = 2\nworkers = 3\n[ps]\nbalancing = \"lb\"\npartition_bytes = \"4KB\"\n"
+      "[lb]\nworker_aggregators = true\n"
+      "[workload]\ntensor_bytes = [\"16KB\", \"16KB\"]\niterations = 6\n" +
+          extra,
+      "test");
+}
+
+TEST(LbAggregators, WorkersAreProbedInIterationOneAndThenGetTheirShare) {
+  const Scenario sc = agg_lb();
+  SyntheticWorkload workload(sc);
+  const DecisionBook book(workload.partitions(), 2, 3);
+  for (auto owner : book.find(0)->owner) EXPECT_LT(owner, 2);  // the servers' probe
+  std::set<std::int32_t> probed(book.find(1)->owner.begin(), book.find(1)->owner.end());
+  EXPECT_EQ(probed, (std::set<std::int32_t>{2, 3, 4}));  // the workers' probe: every worker, no server
+  EXPECT_TRUE(book.find(1)->probe);
+
+  LoadBalancer lb(sc, workload.partitions());
+  std::string error;
+  // Iteration 0 measures the servers only: the decision for iteration 2 probes the workers again.
+  for (int w = 0; w < 3; ++w)
+    EXPECT_FALSE(lb.add_report(worker_id(w), LbReport{0, 0, 0, {}}, error)) << error;
+  EXPECT_FALSE(lb.add_report(server_id(0), LbReport{0, 3000, 1e-6, {}}, error)) << error;
+  auto d2 = lb.add_report(server_id(1), LbReport{0, 1000, 1e-6, {}}, error);
+  ASSERT_TRUE(d2) << error;
+  EXPECT_TRUE(d2->probe);
+  EXPECT_NE(d2->reason.find("worker aggregator 0"), std::string::npos) << d2->reason;
+  EXPECT_GE(*std::min_element(d2->owner.begin(), d2->owner.end()), 2);
+  // Iteration 1 measured the workers (servers owned nothing, no server reports): balanced, over all slots.
+  for (int w = 0; w < 2; ++w) EXPECT_FALSE(lb.add_report(worker_id(w), LbReport{1, 2000, 1e-6, {}}, error));
+  auto d3 = lb.add_report(worker_id(2), LbReport{1, 2000, 1e-6, {}}, error);
+  ASSERT_TRUE(d3) << error;
+  EXPECT_FALSE(d3->probe) << d3->reason;
+  EXPECT_EQ(lb.rates()[2], 2e9);
+  const auto bytes = d3->bytes_per_server(workload.partitions(), 5);
+  EXPECT_GT(bytes[0], bytes[1]);  // server 0 measured 3x server 1
+  EXPECT_GT(bytes[2] + bytes[3] + bytes[4], 0u);
+  EXPECT_EQ(std::accumulate(bytes.begin(), bytes.end(), std::uint64_t{0}), workload.model_bytes());
+}
+
+TEST(LbAggregators, RoutingInvariantCoversWorkerAggregators) {
+  const Scenario sc = agg_lb();
+  SyntheticWorkload workload(sc);
+  InvariantChecker checker(sc, workload);
+  const DecisionBook book(workload.partitions(), 2, 3);
+  LbDecision d0 = *book.find(0), d1 = *book.find(1);
+  checker.lb_decision(kSchedulerId, d0);
+  checker.lb_decision(kSchedulerId, d1);
+  const auto& p = workload.partitions()[0];
+  const NodeId aggregator = slot_node(d1.owner[0], 2);
+  ASSERT_EQ(role_of(aggregator), Role::kWorker);
+  checker.request_routed(aggregator, worker_id(0), p.key, 1);
+  EXPECT_EQ(checker.violation_count(), 0u);
+  // The former owner (a server) in the new iteration, and the aggregator in the old one: both wrong.
+  checker.request_routed(server_id(d0.owner[0]), worker_id(0), p.key, 1);
+  checker.request_routed(aggregator, worker_id(1), p.key, 0);
+  ASSERT_EQ(checker.violation_count(), 2u);
+  EXPECT_NE(checker.violations()[0].detail.find("gives the key to worker aggregator"), std::string::npos)
+      << checker.violations()[0].detail;
+  EXPECT_NE(checker.violations()[1].detail.find("reached worker aggregator"), std::string::npos)
+      << checker.violations()[1].detail;
+}
+
+TEST(LbAggregators, ScenarioRefusesAggregatorsWithoutLbOrWithTwoWorkers) {
+  auto refused = [](const std::string& text, const std::string& expected) {
+    try {
+      parse_scenario(text, "test.toml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ScenarioError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused("[lb]\nworker_aggregators = true\n", "set ps.balancing = \"lb\"");
+  refused("[roles]\nworkers = 2\n[ps]\nbalancing = \"lb\"\n[lb]\nworker_aggregators = true\n",
+          "needs at least 3 workers (roles.workers = 2)");
+}
+
+TEST(LbAggregators, AggregatedRangesGiveTheServersOnlyModelWithRealPayloads) {
+  // lb_switch's job (real payloads, jitter everywhere, decisions switching) without and with worker
+  // aggregators: every aggregate checked value by value, and the same final model.
+  const std::string args =
+      "scenarios/lb_switch.toml --seed 5 --set lb.probe_at=[] --set workload.iterations=5";
+  const auto servers_only = sim("lb-agg-off", args);
+  const auto with = sim("lb-agg-on", args + " --set lb.worker_aggregators=true");
+  ASSERT_FALSE(servers_only["model_digest"].get<std::string>().empty());
+  EXPECT_EQ(with["model_digest"], servers_only["model_digest"]);
+  EXPECT_EQ(with["invariants"]["violation_count"], 0) << with["invariants"];
+  EXPECT_GT(with["invariants"]["by_invariant"]["aggregates"]["checked"].get<int>(), 0);
+  // The workers really aggregated: the balanced decisions give them bytes (slots 2.. are workers).
+  std::uint64_t worker_bytes = 0;
+  for (const auto& d : with["balancing"]["decisions"]) {
+    const auto bytes = d["bytes_per_server"].get<std::vector<std::uint64_t>>();
+    ASSERT_EQ(bytes.size(), 5u);
+    if (!d["probe"].get<bool>()) worker_bytes += bytes[2] + bytes[3] + bytes[4];
+  }
+  EXPECT_GT(worker_bytes, 0u);
+}
+
+TEST(LbAggregators, DecisionSwitchWithAggregatorsLosesAndMisroutesNothingIn150Seeds) {
+  // lb_switch with worker aggregators: ranges move from servers to workers and back at almost every
+  // boundary (probes at 3 and 5 give everything to the servers, balanced decisions give workers a share).
+  const auto explore =
+      run_pstwin("explore scenarios/lb_switch.toml --seeds 150 -q -j 2 --set lb.worker_aggregators=true");
+  EXPECT_EQ(explore.exit_code, 0) << explore.output.substr(0, 4000);
+  EXPECT_NE(
+      explore.output.find("explored 150 seeds (0..149) of lb_switch: 0 with invariant violations, 150 clean"),
+      std::string::npos)
+      << explore.output.substr(0, 4000);
+}
+
+TEST(Lb, FourByFourKeepsEveryServerLinkBusyThroughThePushPhase) {
+  const auto r = sim("lb-4w4s", "scenarios/lb_4w4s.toml");
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+  // Each server's receive rate in every iteration against what its NIC can carry: f / (1 + c) of the
+  // nominal (bandwidth factor 0.97, ACK cross traffic 0.05): at least 95 % of that.
+  ASSERT_EQ(r["balancing"]["measured"].size(), 20u);
+  for (const auto& m : r["balancing"]["measured"])
+    EXPECT_GE(m["utilization"].get<double>(), 0.95 * 0.97 / 1.05) << m;
+  for (const auto& link : r["links"])
+    if (link["bytes"].get<double>() > 1e6) {
+      EXPECT_GT(link["utilization"].get<double>(), 0.85) << link;
+    }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "core/codec.hpp"
 #include "ps/byte_io.hpp"
+#include "ps/ids.hpp"
 
 namespace pstwin {
 namespace {
@@ -22,15 +23,34 @@ std::vector<std::uint64_t> LbDecision::bytes_per_server(std::span<const Partitio
   return bytes;
 }
 
-std::string check_decision(const LbDecision& decision, std::size_t partitions, int servers) {
+NodeId slot_node(int slot, int servers) {
+  return slot < servers ? server_id(slot) : worker_id(slot - servers);
+}
+
+int slot_of(NodeId node, int servers) {
+  switch (role_of(node)) {
+    case Role::kServer:
+      return rank_of(node);
+    case Role::kWorker:
+      return servers + rank_of(node);
+    default:
+      return -1;
+  }
+}
+
+int aggregator_slots(const Scenario& scenario) {
+  return scenario.roles.servers + (scenario.lb.worker_aggregators ? scenario.roles.workers : 0);
+}
+
+std::string check_decision(const LbDecision& decision, std::size_t partitions, int slots) {
   if (decision.owner.size() != partitions)
     return "decision " + std::to_string(decision.version) + " lists " +
            std::to_string(decision.owner.size()) + " partition owners, the job has " +
            std::to_string(partitions) + " partitions";
   for (std::size_t i = 0; i < partitions; ++i)
-    if (decision.owner[i] < 0 || decision.owner[i] >= servers)
+    if (decision.owner[i] < 0 || decision.owner[i] >= slots)
       return "decision " + std::to_string(decision.version) + " gives partition " + std::to_string(i) +
-             " to server " + std::to_string(decision.owner[i]) + ", the job has " + std::to_string(servers);
+             " to server " + std::to_string(decision.owner[i]) + ", the job has " + std::to_string(slots);
   return "";
 }
 
@@ -141,16 +161,63 @@ LbDecision probe_decision(std::span<const PartitionSpec> partitions, int servers
   return d;
 }
 
-DecisionBook::DecisionBook(std::span<const PartitionSpec> partitions, int servers)
-    : partitions_(partitions.size()), servers_(servers) {
-  for (std::uint32_t i = 0; i < kDecisionLag; ++i)
-    decisions_[i] = probe_decision(partitions, servers, i, 1, "start: no measurement yet");
+LbDecision worker_probe_decision(std::span<const PartitionSpec> partitions, int servers, int workers,
+                                 std::uint32_t iteration, std::uint32_t version, std::string reason) {
+  LbDecision d = probe_decision(partitions, workers, iteration, version, std::move(reason));
+  for (auto& owner : d.owner) owner += servers;
+  return d;
+}
+
+AggregatorSplit optimal_split(std::span<const double> server_rates, std::span<const double> worker_rates,
+                              double model_bytes) {
+  const double n = static_cast<double>(worker_rates.size());
+  AggregatorSplit split;
+  split.shares.assign(server_rates.size() + worker_rates.size(), 0);
+  double servers = 0;
+  for (double r : server_rates) servers += r;
+  std::vector<bool> active(worker_rates.size(), n > 2);
+  double time = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    double denominator = servers / std::max(n, 1.0), aggregators = 0;
+    for (std::size_t w = 0; w < worker_rates.size(); ++w)
+      if (active[w]) {
+        denominator += worker_rates[w] / (n - 2);
+        aggregators += 1;
+      }
+    time = model_bytes * (1 + aggregators / std::max(n - 2, 1.0)) / denominator;
+    for (std::size_t w = 0; w < worker_rates.size(); ++w)
+      if (active[w] && time * worker_rates[w] / model_bytes < 1) {
+        active[w] = false;  // its own pushes and pulls alone outlast T: it aggregates nothing
+        changed = true;
+      }
+  }
+  for (std::size_t j = 0; j < server_rates.size(); ++j)
+    split.shares[j] = time * server_rates[j] / (n * model_bytes);
+  for (std::size_t w = 0; w < worker_rates.size(); ++w) {
+    if (active[w])
+      split.shares[server_rates.size() + w] = (time * worker_rates[w] / model_bytes - 1) / (n - 2);
+    // An idle aggregator still pushes and pulls the whole model through its own link.
+    time = std::max(time, model_bytes / worker_rates[w]);
+  }
+  split.time_s = time;
+  return split;
+}
+
+DecisionBook::DecisionBook(std::span<const PartitionSpec> partitions, int servers, int workers)
+    : partitions_(partitions.size()), slots_(servers + workers) {
+  decisions_[0] = probe_decision(partitions, servers, 0, 1, "start: no measurement yet");
+  // With worker aggregators the second start iteration measures the workers' links.
+  decisions_[1] = workers > 0 ? worker_probe_decision(partitions, servers, workers, 1, 2,
+                                                      "start: the workers' links are not measured yet")
+                              : probe_decision(partitions, servers, 1, 1, "start: no measurement yet");
+  static_assert(kDecisionLag == 2);
 }
 
 const LbDecision* DecisionBook::accept(const Payload& body, std::string& error) {
   auto decision = decode_decision(body, error);
   if (!decision) return nullptr;
-  error = check_decision(*decision, partitions_, servers_);
+  error = check_decision(*decision, partitions_, slots_);
   if (!error.empty()) return nullptr;
   if (const auto* known = find(decision->iteration); known && !(*known == *decision)) {
     error = "a second, different decision for iteration " + std::to_string(decision->iteration);

@@ -13,6 +13,7 @@
 #include "core/payload.hpp"
 #include "core/types.hpp"
 #include "ps/keys.hpp"
+#include "scenario/scenario.hpp"
 
 namespace pstwin {
 
@@ -21,7 +22,7 @@ struct LbDecision {
   std::uint32_t iteration = 0;      // the iteration it applies to
   bool probe = false;               // probe state: an equal split, so every server's bandwidth is measured
   std::string reason;               // why: "start", "asked", "measurement missing ...", "measured"
-  std::vector<std::int32_t> owner;  // server rank per partition, in workload (push) order
+  std::vector<std::int32_t> owner;  // aggregator slot per partition, in workload (push) order (slot_node)
 
   // Pushes a server receives in this iteration (what a receiver is told to expect).
   std::uint64_t partitions_of(int server) const;
@@ -52,8 +53,14 @@ Payload encode_report(const LbReport& report);
 std::optional<LbDecision> decode_decision(const Payload& payload, std::string& error);
 std::optional<LbReport> decode_report(const Payload& payload, std::string& error);
 
-// "" if `decision` fits a job of `partitions` partitions and `servers` servers, else what is wrong.
-std::string check_decision(const LbDecision& decision, std::size_t partitions, int servers);
+// Aggregator slots: 0..servers-1 are the servers' ranks, servers + w is worker w's aggregator
+// (lb.worker_aggregators). Without worker aggregators a slot is a server rank.
+NodeId slot_node(int slot, int servers);
+int slot_of(NodeId node, int servers);  // -1: neither a server nor a worker
+int aggregator_slots(const Scenario& scenario);
+
+// "" if `decision` fits a job of `partitions` partitions and `slots` aggregator slots, else what is wrong.
+std::string check_decision(const LbDecision& decision, std::size_t partitions, int slots);
 
 // Partitions in push order go one by one to the server that would finish its share earliest,
 // (assigned + bytes) / weight, ties to the lower rank: shares end proportional to the weights and
@@ -63,6 +70,21 @@ std::vector<std::int32_t> assign_proportional(std::span<const PartitionSpec> par
 // The probe split: equal weights (every server gets about M / servers bytes).
 LbDecision probe_decision(std::span<const PartitionSpec> partitions, int servers, std::uint32_t iteration,
                           std::uint32_t version, std::string reason);
+// The workers' probe (lb.worker_aggregators): an equal split over the worker aggregators only, so
+// every worker's link is busy both ways and its bandwidth is measured.
+LbDecision worker_probe_decision(std::span<const PartitionSpec> partitions, int servers, int workers,
+                                 std::uint32_t iteration, std::uint32_t version, std::string reason);
+
+// The split that finishes every link at once (docs/FPT.md "with worker-side aggregators"): server j
+// takes s_j = T r_j / (n M), worker w x_w = (T r_w / M - 1) / (n - 2) of the model, where r are
+// rates in bytes/s, n the workers, M the model's wire bytes; a worker whose x_w would be negative
+// aggregates nothing and the rest is solved again. No worker rates: servers only, T = n M / sum r_j.
+struct AggregatorSplit {
+  double time_s = 0;           // every link's time under the split (the optimum)
+  std::vector<double> shares;  // per slot (servers, then workers), summing to 1
+};
+AggregatorSplit optimal_split(std::span<const double> server_rates, std::span<const double> worker_rates,
+                              double model_bytes);
 
 // Decisions are made kDecisionLag iterations ahead (load_balancer.hpp says why); the first
 // kDecisionLag iterations run the probe split, which every node derives without a message.
@@ -72,7 +94,8 @@ inline constexpr std::uint32_t kDecisionLag = 2;
 // as the scheduler sends them.
 class DecisionBook {
  public:
-  DecisionBook(std::span<const PartitionSpec> partitions, int servers);
+  // `workers` > 0: worker aggregators on (iteration 1 is the workers' probe).
+  DecisionBook(std::span<const PartitionSpec> partitions, int servers, int workers = 0);
   // Decodes and checks a kLbDecision body: the decision added, or nullopt and `error`.
   const LbDecision* accept(const Payload& body, std::string& error);
   const LbDecision* find(std::uint32_t iteration) const;
@@ -80,7 +103,7 @@ class DecisionBook {
 
  private:
   std::size_t partitions_;
-  int servers_;
+  int slots_;
   std::map<std::uint32_t, LbDecision> decisions_;
 };
 

@@ -4,6 +4,7 @@
 
 #include "core/digest.hpp"
 #include "ps/ids.hpp"
+#include "ps/lb_intake.hpp"
 #include "ps/round_plan.hpp"
 
 namespace pstwin {
@@ -135,18 +136,19 @@ void InvariantChecker::lb_decision(NodeId node, const LbDecision& decision) {
 void InvariantChecker::request_routed(NodeId receiver, NodeId sender, std::uint64_t key,
                                       std::uint32_t iteration) {
   count_check("routing");
+  const int servers = scenario_.roles.servers;
   const auto it = decisions_.find(iteration);
   const std::string what = "node " + std::to_string(sender) + "'s request for key " + std::to_string(key) +
-                           ", iteration " + std::to_string(iteration) + " reached server " +
-                           std::to_string(rank_of(receiver));
+                           ", iteration " + std::to_string(iteration) + " reached " +
+                           slot_name(slot_of(receiver, servers), servers);
   if (it == decisions_.end()) {
     add({"routing", what + " before any node held a decision for that iteration"});
     return;
   }
   const auto owner = it->second.owner.at(workload_.index_of(key));
-  if (server_id(owner) != receiver)
-    add({"routing", what + ", but decision " + std::to_string(it->second.version) +
-                        " gives the key to server " + std::to_string(owner) +
+  if (slot_node(owner, servers) != receiver)
+    add({"routing", what + ", but decision " + std::to_string(it->second.version) + " gives the key to " +
+                        slot_name(owner, servers) +
                         " (a packet sent to a node that does not own its range)"});
 }
 

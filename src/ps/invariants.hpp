@@ -4,7 +4,8 @@
 //  - updates: no push applied twice, none lost;
 //  - sync_identical: in sync mode all workers pulled identical values for each key and iteration;
 //  - routing (ps.balancing = "lb"): every node holds the same decision for an iteration, and every push
-//    and pull reached the server that decision names (FPT v2.5 sent packets to a former owner);
+//    and pull reached the server or worker aggregator that decision names (FPT v2.5 sent packets to
+//    an aggregator that no longer owned its range);
 //  - tags (ZenoPS): every message between servers and validators fills one open (round, worker,
 //    tensor) slot exactly once; a second or stray one is refused, never overwrites.
 #pragma once

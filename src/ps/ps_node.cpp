@@ -38,11 +38,15 @@ void PsNode::send_to(NodeId to, Command command, const MessageHeader& fields, Pa
   rt_.send(std::move(message));
 }
 
-void PsNode::reply(const Message& request, Payload payload) {
+Message reply_message(const Message& request, Payload payload) {
   Message message{request.header, std::move(payload)};
   message.header.recipient = request.header.sender;
   message.header.is_response = true;
-  rt_.send(std::move(message));
+  return message;
+}
+
+void PsNode::reply(const Message& request, Payload payload) {
+  rt_.send(reply_message(request, std::move(payload)));
 }
 
 void PsNode::on_message(Message message) {

@@ -16,6 +16,9 @@
 
 namespace pstwin {
 
+// The response to `request`: its header, addressed back to the sender.
+Message reply_message(const Message& request, Payload payload = {});
+
 struct NodeContext {
   Runtime& runtime;
   const Scenario& scenario;

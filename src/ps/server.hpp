@@ -1,15 +1,8 @@
-// A parameter server: a key-value store summing workers' pushes (BytePS's server).
-// sync:  per key and iteration, the first push is copied and later ones added (COPY_FIRST,
-//        SUM_RECV); pulls are answered once all workers' pushes are in (ALL_RECV).
-// async: every push is added to the store at once and pulls are answered at once.
-// ps.balancing = "lb": keys are owned per iteration as the scheduler's decision says; a request
-// that arrives before its iteration's decision waits for it. Each key is bound to the least-loaded engine
-// lane (BYTEPS_SERVER_ENGINE_THREAD) on first sight; all work on a key runs on its lane, in arrival order, so
-// no two lanes ever touch one key. With a TrainingModel (workload.kind = "mlp") a key's store holds its
-// parameter slice: sync rounds keep each worker's gradient and, once all are in, sum them in worker-rank
-// order (so the result is the same bits whatever the arrival order, in either backend), divide by the number
-// of workers and apply SGD with the key's own momentum; pulls return the parameters. Async applies each
-// gradient on arrival, scaled by 1 / workers.
+// A parameter server: a key-value store summing workers' pushes (BytePS's server). The store and its
+// rounds are an Aggregator (src/ps/aggregator.hpp), shared with worker-side aggregators; the server
+// adds ZenoPS's validated pushes. BYTEPS_SERVER_ENGINE_THREAD engine lanes.
+// ps.balancing = "lb": keys are owned per iteration as the scheduler's decision says; requests pass a
+// RangeIntake (src/ps/lb_intake.hpp): one that arrives before its iteration's decision waits for it.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +13,10 @@
 #include <vector>
 
 #include "core/payload.hpp"
+#include "ps/aggregator.hpp"
 #include "ps/balance.hpp"
+#include "ps/lb_intake.hpp"
 #include "ps/ps_node.hpp"
-#include "ps/round_plan.hpp"
 #include "ps/training.hpp"
 #include "ps/workload.hpp"
 
@@ -35,80 +29,28 @@ class Server final : public PsNode {
          const TrainingModel* training = nullptr);
 
  private:
-  struct Round {
-    std::shared_ptr<ByteBuffer> sum;  // null until the first push (or for phantom payloads)
-    std::uint64_t bytes = 0;
-    bool phantom = false;
-    int pushes_applied = 0;
-    std::vector<int> contributors;  // worker ranks, to refuse a second push in one round
-    std::vector<Message> waiting_pulls;
-    std::vector<std::shared_ptr<Payload>> gradients;  // training: by worker rank, until applied
-    std::vector<std::shared_ptr<Payload>> verdicts;   // validators' sums, by validator rank
-    int verdicts_in = 0;
-    int verdicts_applied = 0;
-    int pulls_answered = 0;
-    bool applying = false;  // RoundPlan: a round no worker pushes to is being applied
-    bool complete = false;
-  };
-  struct KeyState {
-    int lane = 0;
-    std::map<std::uint32_t, Round> rounds;  // sync: live iterations (at most two)
-    std::shared_ptr<ByteBuffer> store;      // async; training: the key's parameters
-    std::uint64_t store_bytes = 0;
-    std::vector<float> velocity;  // training: SGD momentum of the key's slice
-    std::uint64_t version = 0;    // async with ps.max_staleness: pushes applied to the key
-  };
+  using Round = Aggregator::Round;
+  using KeyState = Aggregator::KeyState;
 
   void on_ready() override;
   void on_app_message(Message message) override;
   void on_shutdown() override;
   std::string describe_app_state() const override;
 
-  KeyState& key_state(std::uint64_t key, std::uint64_t bytes);
-  // ps.balancing = "lb": take up a decision; check that this server owns a request's key in its
-  // iteration (false: the run failed) and report the iteration's measurements once all its pushes are in.
+  // ps.balancing = "lb": take up a decision and serve the requests that waited for it.
   void on_decision(const Message& message);
-  bool accept_routed(const Message& message, const LbDecision& decision);
   void dispatch(Message message);
-  void sync_push(Message message);
-  void sync_pull(Message message);
-  void answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
-  // RoundPlan: every participant dropped this key's tensor; the round is applied (zero updates) on
-  // its first pull.
-  void apply_unpushed_round(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration);
-  void async_push(Message message);
   void validated_push(Message message);
-  void async_pull(Message message);
-  // ps.max_staleness: true if `message` (an async push) is within the bound; refused ones are
-  // acknowledged (a fused one answered like a pull) and never applied.
-  bool admit_by_staleness(Message& message, KeyState& state);
-  ComputeCost sum_cost(std::uint64_t bytes) const;
-  // Training, on the key's lane: `gradients` applied to the store: combined by the training model's
-  // rule (sync, no validators), else summed in order (async: divided by the number of workers).
-  void apply_gradients(std::uint64_t key, KeyState& state,
-                       std::span<const std::shared_ptr<Payload>> gradients, std::uint32_t iteration,
-                       bool combine) const;
-  // Sync training, on the key's lane: applies `inputs` (then drops them) and snapshots the parameters
-  // the round's pulls return.
-  void apply_round(std::uint64_t key, KeyState& state, Round& round,
-                   std::vector<std::shared_ptr<Payload>>& inputs, std::uint32_t iteration,
-                   bool combine) const;
 
   const SyntheticWorkload& workload_;
   const TrainingModel* training_;
-  RoundPlan plan_;  // train.participation / train.drop_rate: the pushes each sync round gets
-  Executor& engine_;
-  std::vector<std::uint64_t> lane_bytes_;
-  std::map<std::uint64_t, KeyState> keys_;
-  std::unique_ptr<DecisionBook> decisions_;               // lb only
-  BandwidthMonitor monitor_;                              // lb only
-  std::map<std::uint32_t, std::vector<Message>> held_;    // lb: requests that overtook their decision
-  std::map<std::uint32_t, std::uint64_t> pushes_routed_;  // lb: per iteration, to know when to report
+  Aggregator aggregator_;
+  std::unique_ptr<DecisionBook> decisions_;  // lb only
+  BandwidthMonitor monitor_;                 // lb only
+  std::unique_ptr<RangeIntake> intake_;      // lb only
   // Async with validators: pushes not yet judged, by (worker, key, round), with the worker's pull
   // once it comes (answered after the validator's decision is applied).
   std::map<std::tuple<int, std::uint64_t, std::uint32_t>, std::optional<Message>> awaiting_verdict_;
-  // ps.max_staleness: (key, worker) -> the key's version the worker's last pull returned.
-  std::map<std::pair<std::uint64_t, int>, std::uint64_t> pulled_version_;
 };
 
 }  // namespace pstwin

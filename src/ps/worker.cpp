@@ -24,8 +24,18 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
     params_.assign(initial.begin(), initial.end());
     grad_.assign(initial.size(), 0.0f);
   }
-  if (scenario_.lb.balancing == Balancing::kLb)
-    decisions_ = std::make_unique<DecisionBook>(workload.partitions(), scenario_.roles.servers);
+  if (scenario_.lb.balancing == Balancing::kLb) {
+    const bool aggregates = scenario_.lb.worker_aggregators;
+    decisions_ = std::make_unique<DecisionBook>(workload.partitions(), scenario_.roles.servers,
+                                                aggregates ? scenario_.roles.workers : 0);
+    if (aggregates) {
+      aggregator_ = std::make_unique<Aggregator>(rt_, scenario_, observer_, workload, training,
+                                                 rt_.executor("engine", scenario_.ps.server_engine_threads),
+                                                 "worker aggregator " + std::to_string(rank));
+      intake_ =
+          std::make_unique<RangeIntake>(rt_, scenario_, observer_, workload, *decisions_, monitor_, false);
+    }
+  }
   if (scenario_.workload.layerwise) {
     for (const auto& partition : workload_.partitions()) {
       const auto tensor = static_cast<std::size_t>(partition.tensor);
@@ -257,8 +267,8 @@ void Worker::push(const PartitionSpec& partition, Payload payload) {
   fields.partition = partition.part;
   fields.priority = partition.priority;
   const bool fused = scenario_.ps.push_pull == PushPullMode::kFused;
-  send_to(server_id(destination(partition)), fused ? Command::kPushPull : Command::kPush, fields,
-          std::move(payload));
+  send_to(slot_node(destination(partition), scenario_.roles.servers),
+          fused ? Command::kPushPull : Command::kPush, fields, std::move(payload));
 }
 
 int Worker::destination(const PartitionSpec& partition) const {
@@ -270,6 +280,8 @@ int Worker::destination(const PartitionSpec& partition) const {
 void Worker::on_decision(const Message& message) {
   const LbDecision* decision = take_decision(decisions_.get(), message);
   if (!decision) return;
+  if (intake_)
+    for (auto& request : intake_->release(*decision)) serve(std::move(request));
   if (awaiting_decision_ && decision->iteration == iteration_) {
     awaiting_decision_ = false;
     start_iteration(iteration_start_);
@@ -282,7 +294,11 @@ void Worker::on_app_message(Message message) {
     return;
   }
   if (!message.header.is_response) {
-    rt_.log("worker: unexpected request " + std::string(command_name(message.header.command)));
+    if (!intake_) {
+      rt_.log("worker: unexpected request " + std::string(command_name(message.header.command)));
+      return;
+    }
+    if (auto admitted = intake_->admit(std::move(message))) serve(std::move(*admitted));
     return;
   }
   if (message.header.iteration != iteration_) {
@@ -305,10 +321,17 @@ void Worker::on_app_message(Message message) {
   }
 }
 
+void Worker::serve(Message request) {
+  if (request.header.command == Command::kPull)
+    aggregator_->sync_pull(std::move(request));
+  else
+    aggregator_->sync_push(std::move(request));
+}
+
 void Worker::release_push_credit(NodeId server) {
   --pushes_unacked_;
   --in_flight_;
-  --in_flight_to_[rank_of(server)];
+  --in_flight_to_[slot_of(server, scenario_.roles.servers)];
   dispatch_pushes();
 }
 
@@ -323,7 +346,8 @@ void Worker::on_push_ack(const Message& message) {
 }
 
 void Worker::on_pull_response(Message message) {
-  if (decisions_)
+  // Our own range's aggregate crosses no link (worker aggregators): not measured.
+  if (decisions_ && message.header.sender != rt_.self())
     monitor_.received(iteration_, message.header.sender, message.payload.size() + kHeaderBytes, rt_.now());
   observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
   if (training_) {
@@ -363,7 +387,9 @@ void Worker::on_model_received() {
     return;
   }
   if (decisions_) {
-    decisions_->forget_before(iteration_);
+    // An aggregator still serves the previous iteration's pulls of its range (ps.push_pull =
+    // separate): no worker pushes iteration i+1 before all its pulls of i were answered.
+    decisions_->forget_before(aggregator_ ? iteration_ - 1 : iteration_);
     if (!decisions_->find(iteration_)) {
       // The next iteration's decision is still on its way: wait, and count the wait.
       awaiting_decision_ = true;
@@ -382,6 +408,7 @@ std::string Worker::describe_app_state() const {
   out << "iteration " << iteration_ << " of " << scenario_.workload.iterations << ": " << pushes_unacked_
       << " pushes unacknowledged, " << pulls_outstanding_ << " pulls outstanding";
   if (awaiting_decision_) out << "; waiting for the load balancer's decision for it";
+  if (aggregator_) out << "; aggregator: " << aggregator_->describe();
   return out.str();
 }
 

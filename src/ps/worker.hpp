@@ -6,6 +6,8 @@
 // the aggregate). With ps.balancing = "lb" each partition goes to the server the decision for the
 // iteration names, an iteration starts only once its decision is here, and the credit counts per
 // server. At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
+// lb.worker_aggregators: the worker also aggregates the range of keys a decision gives it, with the
+// server's Aggregator behind a RangeIntake; its own pushes to that range go to itself.
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
 // worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
 #pragma once
@@ -15,7 +17,9 @@
 #include <memory>
 #include <vector>
 
+#include "ps/aggregator.hpp"
 #include "ps/balance.hpp"
+#include "ps/lb_intake.hpp"
 #include "ps/ps_node.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/training.hpp"
@@ -36,7 +40,8 @@ class Worker final : public PsNode {
 
   void start_iteration(Seconds started);
   void on_decision(const Message& message);
-  int destination(const PartitionSpec& partition) const;  // server rank: by hash or by decision
+  int destination(const PartitionSpec& partition) const;  // aggregator slot: by hash or by decision
+  void serve(Message request);                            // worker aggregators: a push or pull of our range
   ComputeCost iteration_cost();
   // workload.layerwise: the per-tensor forward/backward chain on the compute lane.
   void start_layerwise_compute();
@@ -91,12 +96,14 @@ class Worker final : public PsNode {
   std::map<std::pair<std::int32_t, std::uint64_t>, std::pair<const PartitionSpec*, Payload>> ready_;
   std::uint64_t staged_sequence_ = 0;
   int in_flight_ = 0;
-  std::map<int, int> in_flight_to_;  // per server rank (the credit's unit with ps.balancing = "lb")
+  std::map<int, int> in_flight_to_;  // per aggregator slot (the credit's unit with ps.balancing = "lb")
   // ps.balancing = "lb": decisions by iteration, this node's monitor, and whether the next iteration
   // waits for its decision (the wait counts in the iteration's time).
   std::unique_ptr<DecisionBook> decisions_;
   BandwidthMonitor monitor_;
   bool awaiting_decision_ = false;
+  std::unique_ptr<Aggregator> aggregator_;  // lb.worker_aggregators only
+  std::unique_ptr<RangeIntake> intake_;
 };
 
 }  // namespace pstwin

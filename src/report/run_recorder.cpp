@@ -71,7 +71,7 @@ void RunRecorder::lb_decision(NodeId node, const LbDecision& decision) {
   if (!balancing_) balancing_.emplace();
   balancing_->decisions.push_back(
       {decision.iteration, decision.version, decision.probe, decision.reason,
-       decision.bytes_per_server(workload_.partitions(), scenario_.roles.servers)});
+       decision.bytes_per_server(workload_.partitions(), aggregator_slots(scenario_))});
 }
 
 void RunRecorder::lb_report(NodeId from, const LbReport& report) {
@@ -179,19 +179,38 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
     min_latency = std::min(min_latency, link.latency_s);
   }
   // Shares proportional to bandwidth finish every server at once: n(1+c)M / (f sum B_j).
-  const double server_term = n * (1 + c) * model / (f * servers_bandwidth);
+  double server_term = n * (1 + c) * model / (f * servers_bandwidth);
+  if (sc.lb.worker_aggregators) {
+    // Every server and worker link at once (optimal_split, docs/FPT.md); it covers the workers' links.
+    std::vector<double> servers, workers;
+    for (int s = 0; s < sc.roles.servers; ++s)
+      servers.push_back(f * host_link(sc, sc.server_host_name(s)).bandwidth_Bps / (1 + c));
+    for (int w = 0; w < sc.roles.workers; ++w)
+      workers.push_back(f * host_link(sc, sc.worker_host_name(w)).bandwidth_Bps / (1 + c));
+    server_term = optimal_split(servers, workers, model).time_s;
+    worker_term = 0;
+  }
   // A shared switch (cluster.switch_bandwidth) carries every push and pull whatever the split.
   const double switch_Bps = sc.cluster.switch_bandwidth_Bps;
-  const double switch_term = switch_Bps > 0 ? 2 * n * (1 + c) * model / (f * switch_Bps) : 0;
+  // With worker aggregators a worker's share of its own range stays on its host: at least n-1 of n.
+  const double crossing = sc.lb.worker_aggregators ? n - 1 : n;
+  const double switch_term = switch_Bps > 0 ? 2 * crossing * (1 + c) * model / (f * switch_Bps) : 0;
   Bound result;
   result.time_s = sc.workload.compute_s + std::max({worker_term, server_term, switch_term}) +
                   4 * latency_factor * min_latency;
   std::ostringstream why;
-  why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)"
-      << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "")
-      << ") + 4*lf*L (the best split of the model over the servers: shares proportional to bandwidth); n="
-      << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
-      << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency << " s";
+  if (sc.lb.worker_aggregators)
+    why << "compute + max(M*(1 + W/(n-2)) / (sum_j b_j/n + sum_w b_w/(n-2))"
+        << (switch_Bps > 0 ? ", 2*(n-1)*(1+c)*M/(f*S)" : "")
+        << ") + 4*lf*L with b = f*B/(1+c) (the best split over servers and W worker aggregators: every link "
+           "busy for the same time; a worker whose share would be negative aggregates nothing); n=";
+  else
+    why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)"
+        << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "")
+        << ") + 4*lf*L (the best split of the model over the servers: shares proportional to bandwidth); n="
+        << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
+        << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency
+        << " s";
   result.formula = why.str();
   return result;
 }

@@ -772,6 +772,11 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("lb.missing_measurements", PSTWIN_MEMBER(lb.missing_measurements), CountListCodec{0},
                          "Fault injection, `lb`: in these iterations servers report no measurement (a "
                          "failed monitor); the scheduler must fall back to the probe state."));
+  f.push_back(make_field("lb.worker_aggregators", PSTWIN_MEMBER(lb.worker_aggregators), BoolCodec{},
+                         "`lb`: workers aggregate ranges of keys as well as the servers (BytePS's colocated "
+                         "servers): the scheduler splits each tensor between servers and workers by the "
+                         "measured bandwidths (docs/FPT.md); iteration 1 probes the workers. Synthetic "
+                         "workloads, 3 or more workers, no validators."));
   // [workload]
   f.push_back(make_field("workload.tensor_bytes", PSTWIN_MEMBER(workload.tensor_bytes), TensorSizesCodec{},
                          "Declared tensors in layer order (earlier = higher priority). If neither this nor "
@@ -1277,6 +1282,7 @@ class Validator {
       fail("ps.balancing",
            "\"lb\" decides per iteration, which only sync mode has; set ps.mode = \"sync\" "
            "or ps.balancing = \"hash\"");
+    check_worker_aggregators();
     if (s_.workload.kind == WorkloadKind::kMlp) check_train();
     check_zeno();
   }
@@ -1355,6 +1361,20 @@ class Validator {
   }
 
   // Rule and attack names and their own parameters are checked by src/zeno when the run is built.
+  void check_worker_aggregators() const {
+    if (!s_.lb.worker_aggregators) return;
+    if (s_.lb.balancing != Balancing::kLb)
+      fail("lb.worker_aggregators",
+           "the scheduler's load balancer assigns the ranges; set ps.balancing = \"lb\"");
+    if (s_.roles.workers < 3)
+      fail("lb.worker_aggregators",
+           "needs at least 3 workers (roles.workers = " + std::to_string(s_.roles.workers) +
+               "): with 2 a worker's link carries the whole model whatever its share");
+    // A trained key's parameters and momentum live where it is aggregated and do not move with a range.
+    if (s_.workload.kind != WorkloadKind::kSynthetic)
+      fail("lb.worker_aggregators", "needs workload.kind = \"synthetic\" (trained parameters do not move)");
+  }
+
   void check_zeno() const {
     const bool mlp = s_.workload.kind == WorkloadKind::kMlp;
     if (s_.roles.validators > 0 && !mlp)

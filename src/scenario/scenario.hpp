@@ -197,6 +197,7 @@ struct LbConfig {
   std::vector<std::uint64_t> probe_at;     // iterations run in the probe state on request (0 always is)
   double rebalance_threshold = 0.02;       // keep a decision unless a new one is predicted this much faster
   std::vector<std::uint64_t> missing_measurements;  // fault: servers report no measurement in these
+  bool worker_aggregators = false;  // workers own and aggregate ranges of keys too (docs/FPT.md)
 };
 
 struct FaultsConfig {
