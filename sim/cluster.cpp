@@ -34,7 +34,7 @@ void FlowSlots::release() {
 // ---------------------------------------------------------------- Stream
 
 Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
-    : from_(from), to_(to), lane_name_("send->" + std::to_string(to_id)) {
+    : from_(from), to_(to), to_id_(to_id), lane_name_("send->" + std::to_string(to_id)) {
   if (from.cluster().flow_network()) return;
   mutex_ = s4u::Mutex::create();
   ready_ = s4u::ConditionVariable::create();
@@ -123,7 +123,9 @@ void Stream::arrive() {
   const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
   from_.trace_lane(lane_name_, "send", name, start_, end);
   to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start_, end);
+  const bool bulk = !fpt::is_control(message);
   to_.deliver(std::move(message));
+  from_.transmitted(to_id_, bulk);
 }
 
 // A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
@@ -216,6 +218,10 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       flow_queue_(cluster.scenario().sim.node_flow_limit) {
   if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0 && !cluster.flow_network())
     flow_slots_ = s4u::Semaphore::create(limit);
+  // A 256-byte quantum: a weight-1000 connection (the load balancer's heaviest) sends about one
+  // 256 KB partition per DRR visit, lighter ones proportionally fewer.
+  if (cluster.scenario().sim.send_pool_slots > 0)
+    pool_ = std::make_unique<fpt::SendPool>(fpt::SendPoolOptions{.quantum_bytes = 256});
 }
 
 void SimNode::spawn(Seconds start_delay) {
@@ -277,9 +283,42 @@ void SimNode::send(Message message) {
   }
   message.header.sender = self_;
   message.header.sequence = next_sequence_++;
+  if (pool_ && !fpt::is_control(message)) {
+    if (auto error = pool_->enqueue(to, std::move(message))) fail(label_ + ": send pool: " + *error);
+    pump();
+    return;
+  }
+  stream_to(to).enqueue(std::move(message));
+}
+
+Stream& SimNode::stream_to(NodeId to) {
   auto& stream = streams_[to];
-  if (!stream) stream = std::make_unique<Stream>(*this, *peer->second, to);
-  stream->enqueue(std::move(message));
+  if (!stream) stream = std::make_unique<Stream>(*this, *peers_.at(to), to);
+  return *stream;
+}
+
+void SimNode::pump() {
+  while (pool_in_flight_ < cluster_.scenario().sim.send_pool_slots) {
+    auto out = pool_->next();
+    if (!out) return;
+    ++pool_in_flight_;
+    pool_->set_blocked(out->destination, true);  // one message per connection: the pool keeps the order
+    stream_to(out->destination).enqueue(std::move(out->message));
+  }
+}
+
+void SimNode::transmitted(NodeId to, bool bulk) {
+  if (!pool_ || !bulk) return;
+  --pool_in_flight_;
+  pool_->set_blocked(to, false);
+  pump();
+}
+
+void SimNode::set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) {
+  if (!pool_) return;
+  std::vector<fpt::DestinationWeight> table;
+  for (const auto& w : weights) table.push_back({w.destination, w.weight});
+  if (auto error = pool_->set_weights(version, table)) log(label_ + ": send weights refused: " + *error);
 }
 
 Seconds SimNode::now() const {

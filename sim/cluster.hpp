@@ -20,6 +20,7 @@
 #include "core/runtime.hpp"
 #include "core/send_order.hpp"
 #include "core/timer_queue.hpp"
+#include "fpt/send_pool.hpp"
 #include "report/run_report.hpp"
 #include "sim/flow_network.hpp"
 #include "sim/platform.hpp"
@@ -63,6 +64,7 @@ class Stream {
   void transmit(std::uint64_t wire_bytes);  // SimGrid's model: blocks the stream's actor
   SimNode& from_;
   SimNode& to_;
+  NodeId to_id_;
   std::string lane_name_;
   double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
   std::map<SendOrderKey, Message> queue_;
@@ -132,6 +134,7 @@ class SimNode final : public Runtime {
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
+  void set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) override;
   Seconds now() const override;
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;
@@ -146,9 +149,13 @@ class SimNode final : public Runtime {
 
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
                   Seconds end);
+  // A stream delivered a message to `to` (with sim.send_pool_slots: a bulk one frees its slot).
+  void transmitted(NodeId to, bool bulk);
 
  private:
   void run();
+  Stream& stream_to(NodeId to);
+  void pump();  // send pool: bulk messages to idle connections while slots are free
 
   Cluster& cluster_;
   std::string label_;
@@ -169,6 +176,10 @@ class SimNode final : public Runtime {
   FlowSlots flow_queue_;
   std::map<NodeId, SimNode*> peers_;
   std::map<NodeId, std::unique_ptr<Stream>> streams_;
+  // sim.send_pool_slots > 0: bulk messages wait here (control ones go straight to their stream, which
+  // sends them first anyway); each connection has at most one in transmission, the node `slots`.
+  std::unique_ptr<fpt::SendPool> pool_;
+  int pool_in_flight_ = 0;
   std::map<std::string, RandomStream, std::less<>> randoms_;
   std::map<std::string, std::unique_ptr<SimExecutor>, std::less<>> executors_;
 };

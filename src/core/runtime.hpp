@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -45,6 +46,12 @@ class StagingArea {
 
 using TimerId = std::uint64_t;
 
+// A destination's weight in a node's send pool: its share of the bulk bytes is weight / sum of weights.
+struct SendWeight {
+  NodeId destination = kNoNode;
+  std::uint32_t weight = 1;  // 1..1,000,000 (fpt::kMaxWeight)
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -59,6 +66,10 @@ class Runtime {
   virtual void connect(NodeId id, std::string_view address) = 0;
   // Sends to header.recipient over the ordered stream to that node. Sender and sequence are filled.
   virtual void send(Message message) = 0;
+  // How this node's outgoing bytes should be shared among destinations from now on (ps.balancing =
+  // "lb": in proportion to what the decision in force sends to each). A backend with a send pool makes
+  // them its DRR weights (docs/FPT.md); `version` grows with every new table. Default: ignored.
+  virtual void set_send_weights(std::uint64_t /*version*/, std::span<const SendWeight> /*weights*/) {}
 
   virtual Seconds now() const = 0;
   virtual TimerId start_timer(Seconds delay, std::function<void()> fire) = 0;

@@ -1,6 +1,7 @@
 #include "ps/worker.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/codec.hpp"
@@ -125,6 +126,7 @@ void Worker::stage_tensor(int tensor) {
 
 void Worker::start_iteration(Seconds started) {
   iteration_start_ = started;
+  if (decisions_) follow_decision_weights(*decisions_->find(iteration_));
   if (!plan_.participates(rank_, iteration_)) {
     pull_only();
     return;
@@ -319,6 +321,31 @@ void Worker::on_app_message(Message message) {
     default:
       on_pull_response(std::move(message));
   }
+}
+
+void Worker::follow_decision_weights(const LbDecision& decision) {
+  if (decision.version == weights_version_) return;
+  weights_version_ = decision.version;
+  const int servers = scenario_.roles.servers;
+  const int mine = slot_of(rt_.self(), servers);
+  std::map<NodeId, double> bytes;
+  const auto partitions = workload_.partitions();
+  for (std::size_t i = 0; i < partitions.size(); ++i) {
+    const auto wire = static_cast<double>(partitions[i].bytes + kHeaderBytes);
+    if (decision.owner[i] != mine) {
+      bytes[slot_node(decision.owner[i], servers)] += wire;  // our push
+      continue;
+    }
+    for (int w = 0; w < scenario_.roles.workers; ++w)  // our range's aggregate to every other worker
+      if (worker_id(w) != rt_.self()) bytes[worker_id(w)] += wire;
+  }
+  double most = 0;
+  for (const auto& [node, b] : bytes) most = std::max(most, b);
+  std::vector<SendWeight> weights;
+  // Scaled so the heaviest destination has weight 1000 (sim's pool quantum makes that one partition).
+  for (const auto& [node, b] : bytes)
+    weights.push_back({node, static_cast<std::uint32_t>(std::max(1.0, std::round(1000 * b / most)))});
+  rt_.set_send_weights(decision.version, weights);
 }
 
 void Worker::serve(Message request) {

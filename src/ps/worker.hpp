@@ -42,6 +42,8 @@ class Worker final : public PsNode {
   void on_decision(const Message& message);
   int destination(const PartitionSpec& partition) const;  // aggregator slot: by hash or by decision
   void serve(Message request);                            // worker aggregators: a push or pull of our range
+  // lb: the send pool's weights follow the bytes `decision` sends to each destination.
+  void follow_decision_weights(const LbDecision& decision);
   ComputeCost iteration_cost();
   // workload.layerwise: the per-tensor forward/backward chain on the compute lane.
   void start_layerwise_compute();
@@ -102,6 +104,7 @@ class Worker final : public PsNode {
   std::unique_ptr<DecisionBook> decisions_;
   BandwidthMonitor monitor_;
   bool awaiting_decision_ = false;
+  std::uint32_t weights_version_ = 0;       // lb: the decision version the send weights follow
   std::unique_ptr<Aggregator> aggregator_;  // lb.worker_aggregators only
   std::unique_ptr<RangeIntake> intake_;
 };

@@ -983,6 +983,11 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("sim.node_flow_limit", PSTWIN_MEMBER(sim.node_flow_limit), IntCodec{0},
                          "Bulk messages a node transmits at once (0: one per connection). Large runs use a "
                          "small limit: the solver's cost grows with flows in flight."));
+  f.push_back(make_field("sim.send_pool_slots", PSTWIN_MEMBER(sim.send_pool_slots), IntCodec{0},
+                         "> 0: every node sends through FPT's send pool, as the epoll van does: at most this "
+                         "many bulk messages in transmission, one per connection, connections taking turns "
+                         "by deficit round robin weighted by the load balancer's decisions (docs/FPT.md). "
+                         "0: no pool, every connection sends on its own."));
   f.push_back(make_field(
       "sim.network_model", PSTWIN_MEMBER(sim.network_model), ChoiceCodec{kSimNetworkModels},
       "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver) or \"flow\" (pstwin's own "

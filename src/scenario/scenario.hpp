@@ -186,6 +186,9 @@ struct SimConfig {
   // At most this many bulk messages in transmission per node at once (0: no limit, one per stream).
   // A node's NIC stays as busy either way; a limit trades per-flow fairness for solver speed.
   int node_flow_limit = 0;
+  // > 0: each node sends through FPT's send pool (src/fpt/send_pool.hpp), which keeps at most this
+  // many bulk messages in transmission, one per connection, connections taking turns by weighted DRR.
+  int send_pool_slots = 0;
   // "simgrid": SimGrid's network model shares bandwidth. "flow": pstwin's own max-min flow model
   // (sim/flow_network.hpp), same sharing rules, cost local to the links a flow touches.
   std::string network_model = "simgrid";
