@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "core/codec.hpp"
 
@@ -80,6 +81,13 @@ void EpollNodeRuntime::set_self(NodeId id) {
 std::optional<std::string> EpollNodeRuntime::set_weights(std::uint64_t version,
                                                          std::span<const fpt::DestinationWeight> weights) {
   return transport_->set_weights(version, weights);
+}
+
+void EpollNodeRuntime::set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) {
+  std::vector<fpt::DestinationWeight> table;
+  table.reserve(weights.size());
+  for (const auto& w : weights) table.push_back({w.destination, w.weight});
+  if (auto error = set_weights(version, table)) log("send weights refused: " + *error);
 }
 
 void EpollNodeRuntime::bind_peer(NodeId id, const std::string& address) {

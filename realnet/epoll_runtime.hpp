@@ -32,6 +32,8 @@ class EpollNodeRuntime final : public LoopRuntime {
   // DRR weights of the send pool by destination, from the next round on (see fpt::SendPool).
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
                                                        std::span<const fpt::DestinationWeight> weights);
+  // The protocol's table (an LB decision's bytes per destination) becomes the pool's DRR weights.
+  void set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) override;
   fpt::DestinationStats stats(NodeId peer) const { return transport_->stats(peer); }
   // Transport errors seen (a malformed or misrouted frame, a peer closing mid-frame, a connection
   // lost): before the node stops, each fails it, naming the peer.
