@@ -84,10 +84,7 @@ std::optional<std::string> EpollNodeRuntime::set_weights(std::uint64_t version,
 }
 
 void EpollNodeRuntime::set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) {
-  std::vector<fpt::DestinationWeight> table;
-  table.reserve(weights.size());
-  for (const auto& w : weights) table.push_back({w.destination, w.weight});
-  if (auto error = set_weights(version, table)) log("send weights refused: " + *error);
+  if (auto error = set_weights(version, weights)) log("send weights refused: " + *error);
 }
 
 void EpollNodeRuntime::bind_peer(NodeId id, const std::string& address) {

@@ -316,9 +316,7 @@ void SimNode::transmitted(NodeId to, bool bulk) {
 
 void SimNode::set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) {
   if (!pool_) return;
-  std::vector<fpt::DestinationWeight> table;
-  for (const auto& w : weights) table.push_back({w.destination, w.weight});
-  if (auto error = pool_->set_weights(version, table)) log(label_ + ": send weights refused: " + *error);
+  if (auto error = pool_->set_weights(version, weights)) log(label_ + ": send weights refused: " + *error);
 }
 
 Seconds SimNode::now() const {

@@ -46,12 +46,6 @@ class StagingArea {
 
 using TimerId = std::uint64_t;
 
-// A destination's weight in a node's send pool: its share of the bulk bytes is weight / sum of weights.
-struct SendWeight {
-  NodeId destination = kNoNode;
-  std::uint32_t weight = 1;  // 1..1,000,000 (fpt::kMaxWeight)
-};
-
 class Runtime {
  public:
   virtual ~Runtime() = default;

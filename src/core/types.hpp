@@ -19,4 +19,10 @@ std::string_view role_name(Role role);
 // The inverse of role_name; nullopt for any other text.
 std::optional<Role> role_from_name(std::string_view name);
 
+// A destination's weight in a node's send pool: its share of the bulk bytes is weight / sum of weights.
+struct SendWeight {
+  NodeId destination = kNoNode;
+  std::uint32_t weight = 1;  // 1..1,000,000 (fpt::kMaxWeight)
+};
+
 }  // namespace pstwin

@@ -32,10 +32,8 @@ std::uint64_t wire_bytes(const Message& message);
 // Header-only messages are control traffic and bypass DRR (as send_order_key's first field).
 bool is_control(const Message& message);
 
-struct DestinationWeight {
-  NodeId destination = kNoNode;
-  std::uint32_t weight = 1;  // 1..kMaxWeight
-};
+// The runtime interface's type (Runtime::set_send_weights), so a table passes through unconverted.
+using DestinationWeight = SendWeight;
 inline constexpr std::uint32_t kMaxWeight = 1'000'000;
 
 struct SendPoolOptions {
