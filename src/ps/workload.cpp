@@ -1,6 +1,8 @@
 #include "ps/workload.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -50,7 +52,14 @@ void SyntheticWorkload::fill(int worker_rank, std::uint32_t iteration, std::uint
                              std::span<float> out) const {
   const auto base = static_cast<float>(1 + static_cast<std::uint64_t>(worker_rank) % modulus_);
   const std::uint64_t phase = (iteration + key) % 8;
-  for (std::size_t j = 0; j < out.size(); ++j) out[j] = base + static_cast<float>((phase + j) % 8);
+  // The same values as base + (phase + j) % 8, copied from a table of eight, 32 bytes at a time: a
+  // modulo and an int-to-float conversion per element were 10 % of a 1 MiB loopback bench's cycles.
+  std::array<float, 8> pattern{};
+  for (std::size_t k = 0; k < pattern.size(); ++k) pattern[k] = base + static_cast<float>((phase + k) % 8);
+  std::size_t j = 0;
+  for (; j + pattern.size() <= out.size(); j += pattern.size())
+    std::memcpy(out.data() + j, pattern.data(), sizeof pattern);
+  for (; j < out.size(); ++j) out[j] = pattern[j % pattern.size()];
 }
 
 float SyntheticWorkload::expected_round_sum(std::uint32_t iteration, std::uint64_t key,
