@@ -11,6 +11,7 @@
 
 #include "core/codec.hpp"
 #include "core/digest.hpp"
+#include "ps/balance.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
 #include "ps/round_plan.hpp"
@@ -138,11 +139,12 @@ std::string label_of(const NodeEnv& env) {
   }
 }
 
-// Pushes this server must have applied: with djb2 hashing the partitions hashed to it, every
+// Pushes this aggregator must have applied: with djb2 hashing the partitions hashed to the server, every
 // iteration (those the round plan has pushed); with ps.balancing = "lb" the partitions each iteration's
-// decision (as this server took it up) gives it, so moving a key to another server is not counted as a lost
-// update.
-void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int rank, NodeId id,
+// decision (as this node took it up) gives its aggregator slot, so moving a key to another node is not
+// counted as a lost update. `slot`: a server's rank, or servers + rank for a worker aggregator
+// (lb.worker_aggregators, whose own pushes to its range count as well: they reach it by loopback).
+void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int slot, NodeId id,
                    const NodeStats& stats, InvariantChecker& checker) {
   const auto workers = static_cast<std::uint64_t>(workload.workers());
   const RoundPlan plan(sc, workload);  // train.participation / drop_rate: the pushes it calls for
@@ -151,7 +153,7 @@ void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int ra
   for (int it = 0; it < workload.iterations(); ++it) {
     if (sc.lb.balancing != Balancing::kLb) {
       for (const auto& p : workload.partitions())
-        if (p.server_rank == rank)
+        if (p.server_rank == slot)
           expected += static_cast<std::uint64_t>(plan.pushers(static_cast<std::uint32_t>(it), p.tensor));
       continue;
     }
@@ -159,7 +161,7 @@ void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int ra
     if (found == stats.decisions.end())
       missing += (missing.empty() ? "" : ", ") + std::to_string(it);
     else
-      expected += workers * found->second.partitions_of(rank);
+      expected += workers * found->second.partitions_of(slot);
   }
   checker.count_check("updates");
   if (!missing.empty())
@@ -246,9 +248,13 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   host.fill(sent);
 
   const bool completed = stopped && !host.failed();
-  // The cross-process lost-update check, done per server for the keys it owns.
-  if (completed && env.role == Role::kServer && sc.invariants.updates && id != kNoNode)
-    check_updates(sc, workload, rank_of(id), id, stats, checker);
+  // The cross-process lost-update check, done per aggregator for the keys it owns: every server, and
+  // with lb.worker_aggregators every worker too.
+  const bool aggregates =
+      env.role == Role::kServer ||
+      (env.role == Role::kWorker && sc.lb.worker_aggregators && sc.lb.balancing == Balancing::kLb);
+  if (completed && aggregates && sc.invariants.updates && id != kNoNode)
+    check_updates(sc, workload, slot_of(id, sc.roles.servers), id, stats, checker);
 
   NodeRunResult result;
   std::ostringstream details;

@@ -77,12 +77,14 @@ void Stream::send_current() {
     return;
   }
   from_.flow_queue().acquire([this, &network] {
-    network.start(from_.host(), to_.host(), static_cast<double>(kHeaderBytes + current_.payload.size()),
-                  [this] {
-                    from_.flow_queue().release();
-                    arrive();
-                    next();
-                  });
+    network.start(
+        from_.host(), to_.host(), static_cast<double>(kHeaderBytes + current_.payload.size()),
+        [this] {
+          from_.flow_queue().release();
+          arrive();
+          next();
+        },
+        pacing_Bps_ > 0 ? pacing_Bps_ : MaxMinFlows::kUnbounded);
   });
 }
 
@@ -220,8 +222,11 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
     flow_slots_ = s4u::Semaphore::create(limit);
   // A 256-byte quantum: a weight-1000 connection (the load balancer's heaviest) sends about one
   // 256 KB partition per DRR visit, lighter ones proportionally fewer.
+  // With the flow model the pool paces at the NIC's rate (SendPool::pacing_rate: connections lighter
+  // than the heaviest are held to their share); SimGrid's host-to-host transfers take no rate bound.
   if (cluster.scenario().sim.send_pool_slots > 0)
-    pool_ = std::make_unique<fpt::SendPool>(fpt::SendPoolOptions{.quantum_bytes = 256});
+    pool_ = std::make_unique<fpt::SendPool>(fpt::SendPoolOptions{
+        .quantum_bytes = 256, .link_rate_Bps = cluster.flow_network() ? cluster.uplink_rate(host_name_) : 0});
 }
 
 void SimNode::spawn(Seconds start_delay) {
@@ -303,7 +308,9 @@ void SimNode::pump() {
     if (!out) return;
     ++pool_in_flight_;
     pool_->set_blocked(out->destination, true);  // one message per connection: the pool keeps the order
-    stream_to(out->destination).enqueue(std::move(out->message));
+    auto& stream = stream_to(out->destination);
+    stream.set_pacing(pool_->pacing_rate(out->destination));
+    stream.enqueue(std::move(out->message));
   }
 }
 
@@ -414,6 +421,13 @@ SimNode& Cluster::add_node(std::string label, std::string address, const std::st
 SimNode* Cluster::find(std::string_view address) {
   auto it = by_address_.find(address);
   return it == by_address_.end() ? nullptr : it->second;
+}
+
+double Cluster::uplink_rate(const std::string& host) const {
+  for (const auto& link : platform_.links)
+    if (link.name == host + ".up")
+      return link.bandwidth_Bps * platform_.bandwidth_factor / (1 + platform_.cross_traffic);
+  return 0;
 }
 
 void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t bytes) {

@@ -53,6 +53,8 @@ class Stream {
  public:
   Stream(SimNode& from, SimNode& to, NodeId to_id);
   void enqueue(Message message);
+  // The send pool's pacing rate for the bulk message it hands over next (0: none; SendPool::pacing_rate).
+  void set_pacing(double rate_Bps) { pacing_Bps_ = rate_Bps; }
 
  private:
   void run();                               // SimGrid's model: the stream's actor
@@ -67,6 +69,7 @@ class Stream {
   NodeId to_id_;
   std::string lane_name_;
   double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
+  double pacing_Bps_ = 0;        // bulk messages' rate bound (send pool pacing), 0: none
   std::map<SendOrderKey, Message> queue_;
   bool busy_ = false;  // flow model: `current_` is in transmission
   Message current_;
@@ -195,6 +198,9 @@ class Cluster {
   HostStaging& staging(const std::string& host) { return staging_[host]; }
   simgrid::s4u::Host* host(const std::string& name) const { return platform_.hosts.at(name); }
   double latency_factor() const { return platform_.latency_factor; }
+  // What one flow can get out of `host`'s NIC: its bandwidth x the model's bandwidth factor, less the
+  // reverse traffic's cross-traffic share (a send pool's link rate, for pacing).
+  double uplink_rate(const std::string& host) const;
   FlowNetwork* flow_network() { return flow_network_.get(); }  // null: SimGrid shares bandwidth
 
   void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);

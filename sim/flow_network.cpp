@@ -402,10 +402,11 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
   return routes_.emplace(key, std::move(route)).first->second;
 }
 
-void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> done) {
+void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> done,
+                        double max_rate) {
   const Route& path = route(from, to);
   const double join = s4u::Engine::get_clock() + path.latency * latency_factor_;
-  joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, std::move(done)});
+  joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, std::move(done), max_rate});
   wake_->notify_one();
 }
 
@@ -430,8 +431,9 @@ void FlowNetwork::run() {
           pending.done();
           continue;
         }
-        const auto id = solver_.add_flow(now, pending.bytes, pending.route->penalty, pending.route->bound,
-                                         pending.route->uses);
+        const auto id =
+            solver_.add_flow(now, pending.bytes, pending.route->penalty,
+                             std::min(pending.route->bound, pending.max_rate), pending.route->uses);
         if (id >= waiting_.size()) waiting_.resize(id + 1);
         waiting_[id] = std::move(pending.done);
       }

@@ -90,8 +90,10 @@ class MaxMinFlows {
 class FlowNetwork {
  public:
   FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, simgrid::s4u::Host* home);
-  // Sends `bytes` from `from` to `to`; `done` runs when the last byte arrived.
-  void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> done);
+  // Sends `bytes` from `from` to `to` at most at `max_rate` bytes/s (a paced connection); `done` runs
+  // when the last byte arrived.
+  void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> done,
+             double max_rate = MaxMinFlows::kUnbounded);
   // Runs `fire` `delay` seconds from now (a latency-only message, a modelled delay).
   void after(double delay, std::function<void()> fire);
 
@@ -106,6 +108,7 @@ class FlowNetwork {
     double bytes;
     const Route* route;  // null: a timer
     std::function<void()> done;
+    double max_rate = MaxMinFlows::kUnbounded;
   };
   const Route& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
   int link_index(const simgrid::s4u::Link* link);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -200,6 +201,26 @@ TEST(FptSendPool, EmptyUnknownAndDroppedDestinations) {
   EXPECT_EQ(pool.queued_messages(), 1u);
   EXPECT_EQ(pool.next()->message.header.key, 3u);
   EXPECT_FALSE(pool.next().has_value());
+}
+
+TEST(FptSendPool, PacingHoldsLighterDestinationsToTheirShareOfTheLink) {
+  SendPool pool(SendPoolOptions{.quantum_bytes = 256, .link_rate_Bps = 1e9});
+  EXPECT_EQ(pool.pacing_rate(2), 0);  // no table yet: nothing paced
+  ASSERT_FALSE(pool.set_weights(1, std::vector<DestinationWeight>{{2, 1000}, {3, 500}, {4, 250}, {5, 250}}));
+  EXPECT_EQ(pool.pacing_rate(2), 0);  // the heaviest takes whatever the others leave
+  EXPECT_DOUBLE_EQ(pool.pacing_rate(3), 0.25e9);
+  EXPECT_DOUBLE_EQ(pool.pacing_rate(4), 0.125e9);
+  EXPECT_DOUBLE_EQ(pool.pacing_rate(5), 0.125e9);
+  EXPECT_EQ(pool.pacing_rate(9), 0);  // unlisted (the scheduler's reports): never held back
+  // Without a link rate the pool does not pace; a negative or infinite rate is refused, named.
+  SendPool unpaced;
+  ASSERT_FALSE(unpaced.set_weights(1, std::vector<DestinationWeight>{{2, 1000}, {3, 500}}));
+  EXPECT_EQ(unpaced.pacing_rate(3), 0);
+  const auto error = SendPool::validate(SendPoolOptions{.link_rate_Bps = -1});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("link_rate_Bps"), std::string::npos) << *error;
+  EXPECT_TRUE(SendPool::validate(SendPoolOptions{.link_rate_Bps = std::numeric_limits<double>::infinity()})
+                  .has_value());
 }
 
 TEST(FptSendPool, SameOperationsGiveTheSameSequence) {

@@ -1,6 +1,7 @@
 #include "fpt/send_pool.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "core/codec.hpp"
@@ -55,7 +56,25 @@ std::optional<std::string> SendPool::validate(const SendPoolOptions& options) {
   if (options.quantum_bytes == 0) {
     return "quantum_bytes is 0: the DRR quantum must be at least 1 byte (64 KiB is a good default)";
   }
+  if (!(options.link_rate_Bps >= 0) || std::isinf(options.link_rate_Bps)) {
+    return "link_rate_Bps is " + std::to_string(options.link_rate_Bps) +
+           ": give the sender's link rate in bytes/s, or 0 for no pacing";
+  }
   return std::nullopt;
+}
+
+double SendPool::pacing_rate(NodeId id) const {
+  if (options_.link_rate_Bps <= 0 || weights_.empty()) return 0;
+  const auto it = weights_.find(id);
+  if (it == weights_.end()) return 0;
+  std::uint64_t sum = 0;
+  std::uint32_t heaviest = 0;
+  for (const auto& [node, weight] : weights_) {
+    sum += weight;
+    heaviest = std::max(heaviest, weight);
+  }
+  if (it->second >= heaviest) return 0;
+  return options_.link_rate_Bps * it->second / static_cast<double>(sum);
 }
 
 SendPool::Destination& SendPool::destination(NodeId id) {

@@ -38,6 +38,8 @@ inline constexpr std::uint32_t kMaxWeight = 1'000'000;
 
 struct SendPoolOptions {
   std::uint64_t quantum_bytes = 64 * 1024;  // DRR quantum of a weight-1 destination
+  // The sender's link rate in bytes/s; > 0 turns pacing on (SendPool::pacing_rate).
+  double link_rate_Bps = 0;
 };
 
 // Per-destination byte accounting (all counts since the pool was made).
@@ -73,6 +75,17 @@ class SendPool {
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
                                                        std::span<const DestinationWeight> weights);
   std::uint64_t weights_version() const { return active_version_; }  // the version in force now
+
+  // Pacing (options.link_rate_Bps > 0): the rate in bytes/s a connection to `destination` is to be held
+  // to, 0 for none. A destination the table in force names with less than its heaviest weight gets
+  // link rate x weight / sum of the table's weights; the heaviest ones, unlisted destinations and all
+  // of them without a table are not paced. Why: DRR decides shares only where the pool is the
+  // bottleneck; once a message is on the wire (TCP, or one flow per connection in the simulator) a
+  // NIC shares itself equally among connections, so light ones would take bandwidth the heavy ones
+  // need. Capped at their shares, the light ones leave the heavy ones the rest, and the heavy ones
+  // (unpaced) take up whatever a capped one leaves unused. The transport applies the rate
+  // (the simulator: a bound on the message's flow; a socket: SO_MAX_PACING_RATE).
+  double pacing_rate(NodeId destination) const;
 
   // A blocked destination (its socket is full) leaves the rotation until unblocked; its messages stay.
   void set_blocked(NodeId destination, bool blocked);

@@ -169,7 +169,7 @@ LbDecision worker_probe_decision(std::span<const PartitionSpec> partitions, int 
 }
 
 AggregatorSplit optimal_split(std::span<const double> server_rates, std::span<const double> worker_rates,
-                              double model_bytes) {
+                              double model_bytes, double partition_bytes) {
   const double n = static_cast<double>(worker_rates.size());
   AggregatorSplit split;
   split.shares.assign(server_rates.size() + worker_rates.size(), 0);
@@ -185,7 +185,8 @@ AggregatorSplit optimal_split(std::span<const double> server_rates, std::span<co
         denominator += worker_rates[w] / (n - 2);
         aggregators += 1;
       }
-    time = model_bytes * (1 + aggregators / std::max(n - 2, 1.0)) / denominator;
+    const double fill = worker_rates.empty() ? 0 : partition_bytes * static_cast<double>(server_rates.size());
+    time = (model_bytes * (1 + aggregators / std::max(n - 2, 1.0)) + fill) / denominator;
     for (std::size_t w = 0; w < worker_rates.size(); ++w)
       if (active[w] && time * worker_rates[w] / model_bytes < 1) {
         active[w] = false;  // its own pushes and pulls alone outlast T: it aggregates nothing
@@ -193,7 +194,8 @@ AggregatorSplit optimal_split(std::span<const double> server_rates, std::span<co
       }
   }
   for (std::size_t j = 0; j < server_rates.size(); ++j)
-    split.shares[j] = time * server_rates[j] / (n * model_bytes);
+    split.shares[j] = time * server_rates[j] / (n * model_bytes) -
+                      (worker_rates.empty() ? 0 : partition_bytes / model_bytes);
   for (std::size_t w = 0; w < worker_rates.size(); ++w) {
     if (active[w])
       split.shares[server_rates.size() + w] = (time * worker_rates[w] / model_bytes - 1) / (n - 2);

@@ -79,12 +79,15 @@ LbDecision worker_probe_decision(std::span<const PartitionSpec> partitions, int 
 // takes s_j = T r_j / (n M), worker w x_w = (T r_w / M - 1) / (n - 2) of the model, where r are
 // rates in bytes/s, n the workers, M the model's wire bytes; a worker whose x_w would be negative
 // aggregates nothing and the rest is solved again. No worker rates: servers only, T = n M / sum r_j.
+// `partition_bytes` p > 0: a server's uplink only starts once the first partition came in from every
+// worker (n p / r_j) and so ends that much after its downlink; s_j = T r_j / (n M) - p / M finishes
+// both by T (the load balancer's split; the analytic bound leaves it out, p = 0).
 struct AggregatorSplit {
   double time_s = 0;           // every link's time under the split (the optimum)
   std::vector<double> shares;  // per slot (servers, then workers), summing to 1
 };
 AggregatorSplit optimal_split(std::span<const double> server_rates, std::span<const double> worker_rates,
-                              double model_bytes);
+                              double model_bytes, double partition_bytes = 0);
 
 // Decisions are made kDecisionLag iterations ahead (load_balancer.hpp says why); the first
 // kDecisionLag iterations run the probe split, which every node derives without a message.

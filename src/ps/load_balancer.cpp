@@ -74,11 +74,14 @@ double LoadBalancer::predicted_time(const std::vector<std::int32_t>& owner) cons
 }
 
 std::vector<double> LoadBalancer::target_shares() const {
-  double model = 0;
-  for (const auto& p : partitions_) model += static_cast<double>(p.bytes + kHeaderBytes);
+  double model = 0, largest = 0;
+  for (const auto& p : partitions_) {
+    model += static_cast<double>(p.bytes + kHeaderBytes);
+    largest = std::max(largest, static_cast<double>(p.bytes + kHeaderBytes));
+  }
   const auto rates = std::span(rates_);
   return optimal_split(rates.first(static_cast<std::size_t>(servers_)),
-                       rates.subspan(static_cast<std::size_t>(servers_)), model)
+                       rates.subspan(static_cast<std::size_t>(servers_)), model, largest)
       .shares;
 }
 

@@ -986,8 +986,10 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("sim.send_pool_slots", PSTWIN_MEMBER(sim.send_pool_slots), IntCodec{0},
                          "> 0: every node sends through FPT's send pool, as the epoll van does: at most this "
                          "many bulk messages in transmission, one per connection, connections taking turns "
-                         "by deficit round robin weighted by the load balancer's decisions (docs/FPT.md). "
-                         "0: no pool, every connection sends on its own."));
+                         "by deficit round robin weighted by the load balancer's decisions (docs/FPT.md); "
+                         "with sim.network_model = \"flow\" the pool also paces each connection lighter "
+                         "than the heaviest at its share of the NIC. 0: no pool, every connection sends on "
+                         "its own."));
   f.push_back(make_field(
       "sim.network_model", PSTWIN_MEMBER(sim.network_model), ChoiceCodec{kSimNetworkModels},
       "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver) or \"flow\" (pstwin's own "
