@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <utility>
 
 #include "core/codec.hpp"
 
@@ -110,6 +111,12 @@ std::optional<std::string> SendPool::enqueue(NodeId destination_id, Message mess
 void SendPool::activate(NodeId id, Destination& d) {
   if (d.active || d.blocked || d.data.empty()) return;
   d.active = true;
+  if (std::exchange(d.interrupted_round, std::nullopt) == rounds_) {
+    d.visited = true;  // the visit goes on where blocking cut it off
+    active_.push_front(id);
+    ++visits_left_;
+    return;
+  }
   d.visited = false;
   active_.push_back(id);  // joins at the tail: visited from the next round on
 }
@@ -224,6 +231,7 @@ void SendPool::set_blocked(NodeId id, bool blocked) {
   }
   if (!d.active) return;
   const auto it = std::find(active_.begin(), active_.end(), id);
+  if (it == active_.begin() && d.visited) d.interrupted_round = rounds_;
   if (static_cast<std::size_t>(std::distance(active_.begin(), it)) < visits_left_) --visits_left_;
   active_.erase(it);
   d.active = false;
@@ -249,6 +257,7 @@ std::vector<Message> SendPool::drop(NodeId id) {
   d.stats.queued_messages = 0;
   d.stats.queued_bytes = 0;
   d.deficit = 0;
+  d.interrupted_round.reset();
   if (d.active) {
     const auto it = std::find(active_.begin(), active_.end(), id);
     if (static_cast<std::size_t>(std::distance(active_.begin(), it)) < visits_left_) --visits_left_;

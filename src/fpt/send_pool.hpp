@@ -116,6 +116,11 @@ class SendPool {
     bool active = false;   // in active_ (backlogged and not blocked)
     bool blocked = false;  // the transport cannot take more for it now
     bool visited = false;  // got its quantum in the current visit
+    // Blocked in the middle of its visit (the transport took a message and its connection is full):
+    // the round it happened in. Unblocked in the same round, it resumes that visit at the front with
+    // the deficit it had, so a connection that holds one message at a time (the simulator's) still
+    // sends its weight's worth per round instead of one message.
+    std::optional<std::uint64_t> interrupted_round;
     DestinationStats stats;
   };
 
