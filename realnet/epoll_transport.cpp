@@ -102,6 +102,7 @@ struct EpollTransport::InConnection {
   bool phantom = false;
   std::shared_ptr<ByteBuffer> body;
   std::uint64_t body_have = 0;
+  std::uint32_t body_crc = 0;  // of the body_have bytes so far
 
   std::string name() const {
     return "connection from " + address + (sender == kNoNode ? "" : " (node " + std::to_string(sender) + ")");
@@ -345,12 +346,25 @@ bool EpollTransport::send_batch() {
     std::lock_guard lock(mutex_);
     if (stopped_) return false;
     std::uint64_t bytes = 0;
+    // One CRC for a payload that goes to several peers in this batch (the server's aggregate to
+    // every worker): the earlier frame keeps those bytes alive until the batch is written.
+    std::span<const std::byte> last_checked;
+    std::uint32_t last_crc = 0;
     for (std::size_t n = 0; n < kBatchMessages && bytes < kBatchBytes; ++n) {
       auto out = pool_.next();
       if (!out) break;
       OutConnection& connection = *out_.at(out->destination);
       const Payload payload = out->message.payload.frozen();
-      OutConnection::Frame frame{encode_header(out->message.header, payload, options_.payload_crc), payload};
+      std::uint32_t crc = 0;
+      if (options_.payload_crc && !payload.is_phantom()) {
+        const auto body = payload.bytes();
+        if (body.data() != last_checked.data() || body.size() != last_checked.size()) {
+          last_checked = body;
+          last_crc = payload_crc32(body);
+        }
+        crc = last_crc;
+      }
+      OutConnection::Frame frame{encode_header_with_crc(out->message.header, payload, crc), payload};
       bytes += frame.size();
       connection.frames.push_back(std::move(frame));
       const auto end = touched.begin() + static_cast<std::ptrdiff_t>(touched_count);
@@ -489,7 +503,16 @@ bool EpollTransport::finish_header(InConnection& c) {
   c.body = header.payload_length >= kPooledFromBytes ? buffers_->take(header.payload_length)
                                                      : fresh_buffer(header.payload_length);
   c.body_have = 0;
+  c.body_crc = 0;
   return true;
+}
+
+bool EpollTransport::body_arrived(InConnection& c, std::size_t count) {
+  if (options_.payload_crc)
+    c.body_crc =
+        payload_crc32_extend(c.body_crc, std::span<const std::byte>(c.body->data() + c.body_have, count));
+  c.body_have += count;
+  return c.body_have < c.header.payload_length || deliver(c);
 }
 
 bool EpollTransport::deliver(InConnection& c) {
@@ -502,14 +525,12 @@ bool EpollTransport::deliver(InConnection& c) {
     }
     message.payload = Payload::phantom(c.header.payload_length);
   } else if (c.body) {
-    if (options_.payload_crc) {
-      const std::uint32_t crc = payload_crc32(c.body->bytes());
-      if (crc != c.header.payload_crc) {
-        report(c.name(), "payload_crc",
-               "header says " + std::to_string(c.header.payload_crc) + ", payload of key " +
-                   std::to_string(c.header.key) + " gives " + std::to_string(crc) + "; connection dropped");
-        return false;
-      }
+    if (options_.payload_crc && c.body_crc != c.header.payload_crc) {
+      report(c.name(), "payload_crc",
+             "header says " + std::to_string(c.header.payload_crc) + ", payload of key " +
+                 std::to_string(c.header.key) + " gives " + std::to_string(c.body_crc) +
+                 "; connection dropped");
+      return false;
     }
     message.payload = Payload::adopt(std::move(c.body));
   }
@@ -533,9 +554,8 @@ bool EpollTransport::consume(InConnection& c, std::span<const std::byte> bytes) 
     const std::uint64_t want = c.header.payload_length - c.body_have;
     const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), want));
     std::memcpy(c.body->data() + c.body_have, bytes.data(), take);
-    c.body_have += take;
     bytes = bytes.subspan(take);
-    if (c.body_have == c.header.payload_length && !deliver(c)) return false;
+    if (!body_arrived(c, take)) return false;
   }
   return true;
 }
@@ -573,10 +593,7 @@ bool EpollTransport::read_some(InConnection& c) {
     auto n = static_cast<std::size_t>(got);
     budget -= std::min<std::uint64_t>(budget, n);
     const std::size_t into_body = std::min(n, direct);
-    if (into_body > 0) {
-      c.body_have += into_body;
-      if (c.body_have == c.header.payload_length && !deliver(c)) return false;
-    }
+    if (into_body > 0 && !body_arrived(c, into_body)) return false;
     if (n > into_body && !consume(c, std::span<const std::byte>(c.buffer.data(), n - into_body)))
       return false;
     if (n < direct + c.buffer.size()) return true;  // drained what the socket had

@@ -218,6 +218,23 @@ TEST(Codec, PayloadCrcIsZlibCrc32AtEveryLengthAndAlignment) {
       ASSERT_EQ(payload_crc32(bytes), reference(bytes)) << "offset " << offset << ", length " << length;
     }
   }
+  // In pieces, as a receiver checksums what each read brought.
+  const auto whole = std::span<const std::byte>(data).first(1 << 20);
+  std::uint32_t crc = 0;
+  for (std::size_t at = 0, piece = 1; at < whole.size(); at += piece, piece = piece * 3 + 1) {
+    crc = payload_crc32_extend(crc, whole.subspan(at, std::min(piece, whole.size() - at)));
+  }
+  EXPECT_EQ(crc, payload_crc32(whole));
+}
+
+TEST(Codec, HeaderWithAKnownCrcIsTheSameHeader) {
+  Message m;
+  m.header = extreme_header();
+  m.payload = pattern_payload(1000);
+  EXPECT_EQ(encode_header_with_crc(m.header, m.payload, payload_crc32(m.payload.bytes())),
+            encode_header(m.header, m.payload));
+  const Payload phantom = Payload::phantom(1000);
+  EXPECT_EQ(encode_header_with_crc(m.header, phantom, 0x1234), encode_header(m.header, phantom));
 }
 TEST(Codec, TruncatedHeaderAtEveryLength) {
   const std::string good = valid_frame(0);

@@ -158,6 +158,32 @@ TEST(Payload, FrozenOfNonLiveIsIdentity) {
   EXPECT_EQ(phantom.frozen().size(), 1u << 20);
 }
 
+TEST(Payload, SoleBufferIsHandedOverOnlyWhenNothingElseSharesIt) {
+  Payload whole = Payload::adopt(filled_buffer(64));
+  const std::byte* data = whole.bytes().data();
+  {
+    const Payload other = whole;  // shared: copying is the only safe choice
+    EXPECT_EQ(whole.take_sole_buffer(), nullptr);
+    EXPECT_EQ(whole.bytes().data(), data);
+  }
+  Payload slice = whole.slice(0, 32);
+  EXPECT_EQ(slice.take_sole_buffer(), nullptr);  // shared with `whole`, and not all of it
+  slice = Payload{};
+  const auto buffer = whole.take_sole_buffer();
+  ASSERT_NE(buffer, nullptr);
+  EXPECT_EQ(buffer->data(), data);
+  EXPECT_EQ(buffer->size(), 64u);
+  EXPECT_TRUE(whole.empty());
+  Payload part = Payload::adopt(filled_buffer(64)).slice(16, 32);  // sole owner, but a part
+  EXPECT_EQ(part.take_sole_buffer(), nullptr);
+  Payload phantom = Payload::phantom(64);
+  EXPECT_EQ(phantom.take_sole_buffer(), nullptr);
+  auto region = std::make_shared<ByteBuffer>(64);
+  Payload live = Payload::live_view(region);
+  region.reset();
+  EXPECT_EQ(live.take_sole_buffer(), nullptr);  // a live view is never the receiver's to overwrite
+}
+
 TEST(Payload, PhantomHasSizeButNoBytes) {
   const Payload p = Payload::phantom(std::uint64_t{1} << 40);  // far more than could be allocated
   EXPECT_TRUE(p.is_phantom());

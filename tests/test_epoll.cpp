@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -239,6 +240,71 @@ TEST(EpollTransport, MalformedFramesAreRejectedAndTheConnectionDropped) {
   EXPECT_EQ(errors[2].field, "recipient");
   ::close(misrouted);
   EXPECT_TRUE(in.wait_messages(0).empty());
+}
+
+// The receiver checksums a payload piece by piece as the reads bring it in: with a 4 KiB read
+// budget a 1 MiB payload takes hundreds of reads, split between the in-place and the staging path.
+TEST(EpollTransport, PayloadCrcIsCheckedAcrossManyReads) {
+  Inbox in;
+  EpollTransport::Options options;
+  options.read_budget = 4096;
+  EpollTransport b(3, options, in.callbacks());
+  auto frame_of = [](std::uint64_t key) {
+    Message m = make(key, (1 << 20) + 7);
+    m.header.sender = 9;
+    m.header.recipient = 3;
+    return encode_frame(m);
+  };
+  std::string bad = frame_of(2);
+  bad[kHeaderBytes + 700001] = static_cast<char>(bad[kHeaderBytes + 700001] ^ 0x10);
+  const std::string both = frame_of(1) + bad;
+  const int fd = raw_connect(b.port());
+  for (std::size_t at = 0; at < both.size();) {
+    const ssize_t n = ::write(fd, both.data() + at, std::min<std::size_t>(both.size() - at, 100003));
+    ASSERT_GT(n, 0);
+    at += static_cast<std::size_t>(n);
+  }
+  const auto errors = in.wait_errors(1);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].field, "payload_crc");
+  EXPECT_NE(errors[0].detail.find("payload of key 2"), std::string::npos) << errors[0].detail;
+  const auto got = in.wait_messages(1);
+  ASSERT_EQ(got.size(), 1u);  // the good frame, and only it
+  EXPECT_EQ(got[0].header.key, 1u);
+  EXPECT_TRUE(pattern_ok(got[0]));
+  ::close(fd);
+}
+
+// A payload sent to several peers is checksummed once per batch; frames whose bytes differ (another
+// buffer, or a slice starting at the same address with another length) must not share that CRC.
+TEST(EpollTransport, OnePayloadToSeveralPeersArrivesIntactAtEach) {
+  Inbox a_in, b_in, c_in;
+  EpollTransport a(2, {}, a_in.callbacks());
+  EpollTransport b(3, {}, b_in.callbacks());
+  EpollTransport c(4, {}, c_in.callbacks());
+  ASSERT_FALSE(a.connect(3, "127.0.0.1", b.port()).has_value());
+  ASSERT_FALSE(a.connect(4, "127.0.0.1", c.port()).has_value());
+  const Message p = make(5, 1 << 20);
+  const Message q = make(6, 1 << 20);
+  std::vector<Message> order;
+  for (int round = 0; round < 4; ++round) {
+    order.push_back(p);
+    order.push_back(p);
+    Message half{p.header, p.payload.slice(0, 1 << 19)};  // same start, other length
+    order.push_back(half);
+    order.push_back(q);
+  }
+  for (std::size_t i = 0; i < order.size(); ++i)
+    ASSERT_FALSE(a.send(i % 2 == 0 ? 3 : 4, order[i]).has_value());
+  const auto at_b = b_in.wait_messages(order.size() / 2);
+  const auto at_c = c_in.wait_messages(order.size() / 2);
+  ASSERT_EQ(at_b.size() + at_c.size(), order.size());
+  for (const auto* got : {&at_b, &at_c}) {
+    for (const auto& m : *got)
+      EXPECT_TRUE(pattern_ok(m)) << "key " << m.header.key << ", " << m.payload.size();
+  }
+  EXPECT_TRUE(b_in.wait_errors(0).empty());
+  EXPECT_TRUE(c_in.wait_errors(0).empty());
 }
 
 TEST(EpollTransport, StopWhileTrafficFlowsJoinsCleanly) {

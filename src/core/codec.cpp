@@ -52,9 +52,9 @@ bool has_avx() {
 }
 #endif
 
-std::uint32_t crc32_of(std::span<const std::byte> bytes) {
-  const std::uint32_t crc =
-      crc32_gzip_refl(0, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+// `crc`: that of the bytes before these (0 for none), as zlib's crc32(crc, ...).
+std::uint32_t crc32_of(std::span<const std::byte> bytes, std::uint32_t crc = 0) {
+  crc = crc32_gzip_refl(crc, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 #if defined(__x86_64__)
   if (has_avx()) clear_upper_vector_state();
 #endif
@@ -83,13 +83,23 @@ std::uint32_t payload_crc32(std::span<const std::byte> bytes) {
   return crc32_of(bytes);
 }
 
+std::uint32_t payload_crc32_extend(std::uint32_t crc, std::span<const std::byte> bytes) {
+  return crc32_of(bytes, crc);
+}
+
 HeaderBytes encode_header(const MessageHeader& header, const Payload& payload, bool compute_crc) {
+  // A live view is read here, at transmission, which is exactly its contract.
+  const bool crc = compute_crc && !payload.is_phantom();
+  return encode_header_with_crc(header, payload, crc ? crc32_of(payload.bytes()) : 0);
+}
+
+HeaderBytes encode_header_with_crc(const MessageHeader& header, const Payload& payload,
+                                   std::uint32_t payload_crc) {
   const bool phantom = payload.is_phantom();
   std::uint8_t flags = 0;
   if (header.is_response) flags |= kFlagResponse;
   if (phantom) flags |= kFlagPhantom;
-  // A live view is read here, at transmission, which is exactly its contract.
-  const std::uint32_t crc = (phantom || !compute_crc) ? 0 : crc32_of(payload.bytes());
+  const std::uint32_t crc = phantom ? 0 : payload_crc;
 
   HeaderBytes out{};
   put_le(out, kOffMagic, kWireMagic);

@@ -48,6 +48,10 @@ using HeaderBytes = std::array<std::byte, kHeaderBytes>;
 // Fills payload_length/payload_crc from `payload` and writes the header. Computing the CRC reads
 // the payload; pass compute_crc=false where a transport checks integrity itself.
 HeaderBytes encode_header(const MessageHeader& header, const Payload& payload, bool compute_crc = true);
+// The same with the payload's CRC already known (payload_crc32 of its bytes; ignored for a phantom):
+// a payload sent to several peers is checksummed once.
+HeaderBytes encode_header_with_crc(const MessageHeader& header, const Payload& payload,
+                                   std::uint32_t payload_crc);
 
 // Validates and decodes the first 64 bytes. Checks magic, version, flags, command, header CRC
 // and the payload-length limit. Never reads past `bytes`, never allocates for the payload.
@@ -63,5 +67,7 @@ std::optional<DecodeError> decode_frame(std::span<const std::byte> frame, Messag
 std::string encode_frame(const Message& message);
 
 std::uint32_t payload_crc32(std::span<const std::byte> bytes);
+// The CRC of a payload read in pieces: payload_crc32_extend(payload_crc32(a), b) == payload_crc32(a + b).
+std::uint32_t payload_crc32_extend(std::uint32_t crc, std::span<const std::byte> bytes);
 
 }  // namespace pstwin

@@ -130,6 +130,18 @@ Payload Payload::slice(std::uint64_t offset, std::uint64_t length) const {
   return p;
 }
 
+std::shared_ptr<ByteBuffer> Payload::take_sole_buffer() {
+  // use_count() == 1 is a safe test here: we hold the only reference, so no other thread can copy it.
+  if (kind_ != Kind::kReal || !storage_ || storage_.use_count() != 1 || offset_ != 0 ||
+      size_ != storage_->size())
+    return nullptr;
+  // Every ByteBuffer is created mutable (its creator holds it as such); a Payload only shares it as
+  // const, and nobody shares it any more.
+  auto buffer = std::const_pointer_cast<ByteBuffer>(std::move(storage_));
+  *this = Payload{};
+  return buffer;
+}
+
 Payload Payload::frozen() const {
   if (!is_live()) return *this;
   return copy_of(bytes());

@@ -72,6 +72,10 @@ class Payload {
   Payload slice(std::uint64_t offset, std::uint64_t length) const;
   // A live view becomes an owned snapshot of the region's current bytes; others are returned as is.
   Payload frozen() const;
+  // For a consumer about to overwrite the bytes (a server taking the first push of a round as the
+  // round's sum): the buffer itself when this real payload covers all of it and no other Payload or
+  // owner shares it, and this payload is left empty; nullptr (and this payload untouched) otherwise.
+  std::shared_ptr<ByteBuffer> take_sole_buffer();
 
  private:
   enum class Kind : std::uint8_t { kReal, kPhantom, kLive };

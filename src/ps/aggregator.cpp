@@ -135,8 +135,11 @@ void Aggregator::sync_push(Message message) {
         return;
       }
       if (!round.sum) {
-        round.sum = std::make_shared<ByteBuffer>(payload->bytes());
+        // COPY_FIRST without the copy when the received buffer is ours alone (a 1 MB memmove was
+        // 4 % of a loopback bench's cycles).
         round.bytes = payload->size();
+        round.sum = payload->take_sole_buffer();
+        if (!round.sum) round.sum = std::make_shared<ByteBuffer>(payload->bytes());
       } else if (round.sum->size() == payload->size()) {
         sum_into(round.sum->floats(), payload->floats());
       }
