@@ -5,8 +5,9 @@
 //    iteration waits for both workers), p50/p99 of the slowest worker's iteration time;
 //  - pipelined aggregate: many values per iteration, pushes bounded by ps.scheduling_credit,
 //    (push + pull bytes of both workers) / time;
-//  - raw TCP on 127.0.0.1 (TCP_NODELAY): a ping-pong echoing the same size (latency) and one
-//    streaming connection writing that size per write() (throughput).
+//  - raw TCP on 127.0.0.1 (TCP_NODELAY): a ping-pong echoing the same size (latency), one
+//    streaming connection writing that size per write() (throughput; the ratio's denominator), and
+//    four such connections at once (the PS's two pushes and two replies, without the PS).
 // It prints both and the ratio, with the CPU seconds (user+sys) each phase used and the load
 // average: on a shared machine, wall times are noisy. Usage:
 //   bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
@@ -186,6 +187,33 @@ double tcp_stream(std::uint64_t size, std::uint64_t total) {
   return static_cast<double>(chunks * size) / seconds_since(start);
 }
 
+// The PS bench's traffic without the PS: four connections streaming at once, as the two workers'
+// pushes to the server and the server's replies to both (`total` bytes in all, writes of `size`,
+// one sending and one receiving thread per connection); bytes per second over all four.
+double tcp_streams_x4(std::uint64_t size, std::uint64_t total) {
+  constexpr int kStreams = 4;
+  const std::uint64_t chunks = std::max<std::uint64_t>(1, total / kStreams / size);
+  std::vector<std::pair<Fd, Fd>> pairs;
+  for (int i = 0; i < kStreams; ++i) pairs.push_back(tcp_pair());
+  const auto start = Clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (auto& [client, server] : pairs) {
+      threads.emplace_back([fd = server.get(), size] {
+        std::vector<char> buffer(std::max<std::uint64_t>(size, 1 << 20));
+        while (::recv(fd, buffer.data(), buffer.size(), 0) > 0) {
+        }
+      });
+      threads.emplace_back([fd = client.get(), size, chunks] {
+        std::vector<char> out(size, 'x');
+        for (std::uint64_t i = 0; i < chunks; ++i) write_all(fd, out.data(), size);
+        ::shutdown(fd, SHUT_WR);
+      });
+    }
+  }  // joined: every byte received
+  return static_cast<double>(kStreams * chunks * size) / seconds_since(start);
+}
+
 // ---------------------------------------------------------------- pstwin
 
 // 1 server, 2 workers, one tensor of `values` x `size` split into `values` partitions, no compute,
@@ -221,8 +249,9 @@ std::vector<double> steady(std::vector<double> times) {
 struct Row {
   std::uint64_t size = 0;
   double ps_p50 = 0, ps_p99 = 0, tcp_p50 = 0, tcp_p99 = 0;
-  double ps_Bps = 0, tcp_Bps = 0;
+  double ps_Bps = 0, tcp_Bps = 0, tcp_x4_Bps = 0;
   double ps_lat_cpu = 0, ps_pipe_cpu = 0, tcp_cpu = 0;
+  double ps_cpu_per_GB = 0, tcp_cpu_per_GB = 0;  // CPU seconds per 1e9 bytes moved: pipelined, one stream
 };
 
 struct Plan {
@@ -317,6 +346,8 @@ int main(int argc, char** argv) {
             bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets),
             run_options)));
         row.ps_pipe_cpu = cpu_seconds() - cpu;
+        row.ps_cpu_per_GB = row.ps_pipe_cpu / (4.0 * static_cast<double>(size) * plan.pipeline_values *
+                                               plan.pipeline_iterations / 1e9);
         double busy = 0;
         for (const double t : pipeline) busy += t;
         // Both workers push and pull every value once per iteration.
@@ -329,27 +360,41 @@ int main(int argc, char** argv) {
         const auto tcp = steady(tcp_ping_pong(size, plan.latency_rounds));
         row.tcp_p50 = percentile(tcp, 0.5);
         row.tcp_p99 = percentile(tcp, 0.99);
-        row.tcp_Bps = tcp_stream(size, std::max<std::uint64_t>(size * 64, quick ? 1ull << 30 : 4ull << 30));
+        const std::uint64_t total = std::max<std::uint64_t>(size * 64, quick ? 1ull << 30 : 4ull << 30);
+        const double stream_cpu = cpu_seconds();
+        row.tcp_Bps = tcp_stream(size, total);
+        row.tcp_cpu_per_GB = (cpu_seconds() - stream_cpu) / (static_cast<double>(total / size * size) / 1e9);
+        row.tcp_x4_Bps = tcp_streams_x4(size, total);
         row.tcp_cpu = cpu_seconds() - cpu;
       }
       rows.push_back(row);
       std::printf(
           "%-5s pstwin blocking p50 %8.1f us p99 %8.1f us | raw TCP ping-pong p50 %8.1f us p99 %8.1f us | "
-          "pstwin pipelined %6.3f GB/s | raw TCP stream %6.3f GB/s | CPU s: latency %.2f, pipelined %.2f, "
-          "TCP %.2f\n",
+          "pstwin pipelined %6.3f GB/s | raw TCP stream %6.3f GB/s, 4 streams %6.3f GB/s | CPU s: latency "
+          "%.2f, "
+          "pipelined %.2f, TCP %.2f | CPU s per GB: pipelined %.3f, raw stream %.3f\n",
           size_text(size).c_str(), row.ps_p50 * 1e6, row.ps_p99 * 1e6, row.tcp_p50 * 1e6, row.tcp_p99 * 1e6,
-          row.ps_Bps / 1e9, row.tcp_Bps / 1e9, row.ps_lat_cpu, row.ps_pipe_cpu, row.tcp_cpu);
+          row.ps_Bps / 1e9, row.tcp_Bps / 1e9, row.tcp_x4_Bps / 1e9, row.ps_lat_cpu, row.ps_pipe_cpu,
+          row.tcp_cpu, row.ps_cpu_per_GB, row.tcp_cpu_per_GB);
       std::fflush(stdout);
     }
     std::printf(
         "\n| value | pstwin p50 / p99 | raw TCP p50 / p99 | p50 ratio | pstwin pipelined | raw TCP stream | "
-        "ratio |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+        "ratio | raw TCP, 4 streams | ratio to 4 streams | CPU s/GB pipelined / raw stream |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const auto& r : rows)
-      std::printf("| %s | %.1f / %.1f us | %.1f / %.1f us | %.2f x | %.3f GB/s | %.3f GB/s | %.2f |\n",
-                  size_text(r.size).c_str(), r.ps_p50 * 1e6, r.ps_p99 * 1e6, r.tcp_p50 * 1e6, r.tcp_p99 * 1e6,
-                  r.ps_p50 / r.tcp_p50, r.ps_Bps / 1e9, r.tcp_Bps / 1e9, r.ps_Bps / r.tcp_Bps);
+      std::printf(
+          "| %s | %.1f / %.1f us | %.1f / %.1f us | %.2f x | %.3f GB/s | %.3f GB/s | %.2f | %.3f GB/s | %.2f "
+          "| "
+          "%.3f / %.3f |\n",
+          size_text(r.size).c_str(), r.ps_p50 * 1e6, r.ps_p99 * 1e6, r.tcp_p50 * 1e6, r.tcp_p99 * 1e6,
+          r.ps_p50 / r.tcp_p50, r.ps_Bps / 1e9, r.tcp_Bps / 1e9, r.ps_Bps / r.tcp_Bps, r.tcp_x4_Bps / 1e9,
+          r.ps_Bps / r.tcp_x4_Bps, r.ps_cpu_per_GB, r.tcp_cpu_per_GB);
     std::printf(
-        "load average after: %s (GB = 1e9 bytes; pipelined counts push + pull bytes of both workers)\n",
+        "load average after: %s (GB = 1e9 bytes; pipelined counts push + pull bytes of both workers, each "
+        "byte "
+        "crossing loopback once, as the raw stream's; ratio = pipelined / one raw stream, issue 5's "
+        "definition)\n",
         load_average().c_str());
     return 0;
   } catch (const std::exception& e) {
