@@ -213,7 +213,10 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   const bool phantom = scenario_.workload.payload == PayloadMode::kPhantom;
   if (!scenario_.staging.enabled) {
     Payload payload = Payload::phantom(partition.bytes);
-    if (!phantom) {
+    if (!phantom && !training_) {
+      fill_on_release_.emplace(staged_sequence_, iteration_);  // the key ready_to_push gives it
+      payload = Payload{};
+    } else if (!phantom) {
       auto buffer = std::make_shared<ByteBuffer>(partition.bytes, ByteBuffer::ForOverwrite{});
       fill_push(partition, iteration_, buffer->floats());
       payload = Payload::adopt(std::move(buffer));
@@ -256,6 +259,12 @@ void Worker::dispatch_pushes() {
     ++in_flight_;
     ++to_server;
     auto [partition, payload] = std::move(node.mapped());
+    if (const auto unfilled = fill_on_release_.find(node.key().second); unfilled != fill_on_release_.end()) {
+      auto buffer = std::make_shared<ByteBuffer>(partition->bytes, ByteBuffer::ForOverwrite{});
+      fill_push(*partition, unfilled->second, buffer->floats());
+      payload = Payload::adopt(std::move(buffer));
+      fill_on_release_.erase(unfilled);
+    }
     push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
       push(*partition, std::move(payload));
     });
