@@ -853,6 +853,10 @@ std::vector<Field> make_registry() {
                          "Sync: a participant skips pushing each tensor with this probability (stream "
                          "\"train.drop\"); it counts as a zero update and the worker keeps its unsent step "
                          "for one round, then resets it (ZenoPS's error reset). 0: every tensor pushed."));
+  f.push_back(make_field("train.worker_momentum", PSTWIN_MEMBER(train.worker_momentum), BoolCodec{},
+                         "Each worker keeps the momentum (train.momentum, train.weight_decay) and pushes its "
+                         "momentum buffer; servers apply plain SGD to the mean. Same model undefended, "
+                         "smaller honest variance for attacks to hide in (ALIE; docs/ZENO.md)."));
   // [zeno] and [attack]: issue 4 (docs/ZENO.md, docs/ROBUSTNESS.md)
   f.push_back(make_field("zeno.rule", PSTWIN_MEMBER(zeno.rule), StringCodec{},
                          "Aggregation rule: mean, median, trimmed-mean, krum, multi-krum, centered-clipping, "
@@ -1416,6 +1420,9 @@ class Validator {
       fail("train.participation", "must be in (0, 1], the share of workers per round, e.g. 0.5");
     if (s_.train.drop_rate >= 1) fail("train.drop_rate", "must be in [0, 1), e.g. 0.1");
     if (planned && !mlp) fail(planned_field, "needs workload.kind = \"mlp\"");
+    if (s_.train.worker_momentum && !mlp)
+      fail("train.worker_momentum",
+           "trains the MLP's momentum on the workers: needs workload.kind = \"mlp\"");
     if (planned && s_.ps.mode != TrainingMode::kSync)
       fail(planned_field,
            "is a sync-round mode (async pushes are not grouped into rounds): set ps.mode = \"sync\"");

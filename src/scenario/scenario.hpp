@@ -99,9 +99,10 @@ struct TrainConfig {
   std::string dataset = "/usr/share/datasets/fashion-mnist";
   std::string lr_schedule = "constant";  // constant | cosine (to learning_rate * lr_final at the end)
   double lr_final = 0.1;
-  int local_steps = 1;         // H: SGD steps per round on the worker's replica, the summed gradient pushed
-  double participation = 1.0;  // sync: share of workers taking part in each round (seeded, ps/round_plan)
-  double drop_rate = 0.0;      // sync: a participant skips pushing each tensor with this probability
+  int local_steps = 1;           // H: SGD steps per round on the worker's replica, the summed gradient pushed
+  double participation = 1.0;    // sync: share of workers taking part in each round (seeded, ps/round_plan)
+  double drop_rate = 0.0;        // sync: a participant skips pushing each tensor with this probability
+  bool worker_momentum = false;  // workers push their momentum buffer; servers apply plain SGD
 };
 
 // [zeno]: the robust aggregation rule (issue 4) and its parameters, as src/zeno/rules.hpp names them.

@@ -18,9 +18,11 @@ class ShardGradients final : public GradientSource {
                  std::size_t batch, RandomStream batches, int local_steps)
       : training_(training),
         trainer_(training.model(), data, std::move(shard), batch, batches),
-        local_(local_steps) {}
+        local_(local_steps),
+        momentum_(training.worker_momentum()) {}
   void step(std::uint32_t round, std::span<const float> params, std::span<float> grad) override {
     local_.run(trainer_, params, grad, training_.learning_rate(round));
+    if (momentum_) momentum_->apply(params, grad);
   }
   double flops_per_step() const override { return trainer_.flops_per_step() * local_.steps(); }
 
@@ -28,6 +30,7 @@ class ShardGradients final : public GradientSource {
   const MlpTraining& training_;
   ShardTrainer trainer_;
   LocalSgd local_;
+  std::optional<WorkerMomentum> momentum_;
 };
 
 // A missing or damaged data set is bad input: name the field that points at it.
@@ -47,7 +50,12 @@ MlpTraining::MlpTraining(const Scenario& scenario)
       sgd_{.learning_rate = static_cast<float>(scenario.train.learning_rate),
            .momentum = static_cast<float>(scenario.train.momentum),
            .weight_decay = static_cast<float>(scenario.train.weight_decay)},
+      server_sgd_(sgd_),
       initial_(model_.parameter_count()) {
+  if (scenario.train.worker_momentum) {
+    server_sgd_.momentum = 0;
+    server_sgd_.weight_decay = 0;
+  }
   try {
     validate(sgd_);
   } catch (const std::invalid_argument& e) {
@@ -113,9 +121,14 @@ float MlpTraining::learning_rate(std::uint32_t iteration) const {
 
 void MlpTraining::apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity,
                         std::uint32_t iteration) const {
-  SgdConfig config = sgd_;
+  SgdConfig config = server_sgd_;
   config.learning_rate = learning_rate(iteration);
   sgd_step(params, grad, velocity, config);
+}
+
+std::optional<WorkerMomentum> MlpTraining::worker_momentum() const {
+  if (!scenario_.train.worker_momentum) return std::nullopt;
+  return WorkerMomentum(sgd_.momentum, sgd_.weight_decay);
 }
 
 const ImageDataset& MlpTraining::train_data() const {

@@ -18,6 +18,7 @@
 #include "train/sgd.hpp"
 #include "train/shard_trainer.hpp"
 #include "train/sharding.hpp"
+#include "train/worker_momentum.hpp"
 
 namespace pstwin::train {
 
@@ -44,11 +45,15 @@ class MlpTraining final : public TrainingModel {
   // validators build their own: label maps, extra streams).
   std::unique_ptr<ShardTrainer> trainer(std::span<const std::uint32_t> shard, std::size_t batch,
                                         RandomStream batches) const;
+  // train.worker_momentum: a fresh momentum buffer for one sender of updates (a worker, an attacker's
+  // shadow, a validator's reference), or none when the servers keep the momentum.
+  std::optional<WorkerMomentum> worker_momentum() const;
 
  private:
   const Scenario& scenario_;
   Mlp model_;
   SgdConfig sgd_;
+  SgdConfig server_sgd_;  // sgd_, or plain SGD when the workers keep the momentum
   std::vector<float> initial_;
   mutable std::once_flag shards_once_;
   mutable std::optional<ShardSet> shards_;

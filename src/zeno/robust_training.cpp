@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -28,7 +29,8 @@ class AttackingSource final : public GradientSource {
         plan_(plan),
         rank_(rank),
         seed_(scenario.seed),
-        local_(scenario.train.local_steps) {
+        local_(scenario.train.local_steps),
+        momentum_(training.worker_momentum()) {
     if (scenario.zeno.per_tensor)
       for (const auto& t : training.model().tensors()) tensors_.push_back({t.offset, t.size()});
     const auto& shards = training.shards();
@@ -39,6 +41,7 @@ class AttackingSource final : public GradientSource {
       for (int w = 0; w < scenario.roles.workers; ++w) {
         const bool fixed = !scenario.attack.byzantine.empty();
         if (w == rank || (fixed && plan.may_attack(w))) continue;
+        shadow_momenta_.push_back(training.worker_momentum());
         shadows_.push_back(training.trainer(
             shards.workers.at(static_cast<std::size_t>(w)), batch,
             RandomStream(seed_, "zeno.shadow",
@@ -55,14 +58,17 @@ class AttackingSource final : public GradientSource {
       static const std::vector<std::uint8_t> kSame{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
       own_->set_label_map(attack ? kFlip : kSame);
       local_.run(*own_, params, grad, lr);
+      if (momentum_) momentum_->apply(params, grad);
       return;
     }
     local_.run(*own_, params, grad, lr);
+    if (momentum_) momentum_->apply(params, grad);
     if (!attack) return;
     std::vector<std::vector<float>> honest(shadows_.size(), std::vector<float>(grad.size()));
     std::vector<std::span<const float>> views;
     for (std::size_t i = 0; i < shadows_.size(); ++i) {
       local_.run(*shadows_[i], params, honest[i], lr);
+      if (shadow_momenta_[i]) shadow_momenta_[i]->apply(params, honest[i]);
       views.emplace_back(honest[i]);
     }
     RandomStream rng = attack_stream(seed_, round, static_cast<std::uint32_t>(rank_));
@@ -88,6 +94,10 @@ class AttackingSource final : public GradientSource {
   int rank_;
   std::uint64_t seed_;
   train::LocalSgd local_;  // train.local_steps: the attacker's honest update is H steps too
+  // train.worker_momentum: the attacker's honest momentum, and each shadow's (updated in the rounds it
+  // attacks: every round for fixed attackers, a sample of them with attack.probability)
+  std::optional<train::WorkerMomentum> momentum_;
+  std::vector<std::optional<train::WorkerMomentum>> shadow_momenta_;
   std::unique_ptr<train::ShardTrainer> own_;
   std::vector<std::unique_ptr<train::ShardTrainer>> shadows_;
   std::vector<TensorSlice> tensors_;  // validator attack: per tensor as zeno.per_tensor judges

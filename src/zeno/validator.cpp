@@ -24,7 +24,8 @@ Validator::Validator(NodeContext context, int rank, const SyntheticWorkload& wor
       rule_(rule),
       sync_(context.scenario.ps.mode == TrainingMode::kSync),
       plan_(context.scenario, workload),
-      compute_stage_(context.runtime.executor("compute", 1)) {
+      compute_stage_(context.runtime.executor("compute", 1)),
+      reference_momentum_(training.worker_momentum()) {
   const int validators = scenario_.roles.validators;
   for (int w = rank; w < scenario_.roles.workers; w += validators) workers_.push_back(w);
   held_out_ = training_.shards().validators.at(static_cast<std::size_t>(rank));
@@ -121,6 +122,7 @@ std::vector<float> Validator::reference(std::uint32_t round) {
   const int worker_steps = scenario_.train.local_steps;
   if (worker_steps > 1)
     for (float& value : mean) value *= static_cast<float>(worker_steps);
+  if (reference_momentum_) reference_momentum_->apply(params_, mean);
   return mean;
 }
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -75,6 +76,8 @@ class Validator final : public PsNode {
   std::vector<float> params_;  // the model judged against
   std::vector<float> center_;  // centered clipping: the last aggregate
   std::vector<float> reference_;
+  // train.worker_momentum: the workers push momenta, so v is the validator's own momentum too
+  std::optional<train::WorkerMomentum> reference_momentum_;
   std::map<Slot, Payload> candidates_;
   std::map<std::pair<std::uint32_t, int>, std::size_t> parts_in_;  // (round, worker) -> keys in
   std::uint32_t round_ = 0;                                        // sync: the next round to judge
