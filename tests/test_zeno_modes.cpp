@@ -197,5 +197,14 @@ TEST(ZenoModes, WorkerMomentumLearnsTheSameModelAndShrinksAlie) {
   EXPECT_NE(bad.output.find("train.worker_momentum"), std::string::npos) << bad.output;
 }
 
+// ZenoPS's rho sweep goes below zero (its figure 7); below -1 is refused naming the field.
+TEST(ZenoModes, ZenoPsRhoMayBeNegativeAsInTheSweep) {
+  const auto ok = run_pstwin("check scenarios/zeno_rho_sweep.toml --set zeno.zenops_rho=-0.1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  const auto low = run_pstwin("check scenarios/zeno_rho_sweep.toml --set zeno.zenops_rho=-2");
+  EXPECT_EQ(low.exit_code, 2) << low.output;
+  EXPECT_NE(low.output.find("zeno.zenops_rho"), std::string::npos) << low.output;
+}
+
 }  // namespace
 }  // namespace pstwin

@@ -878,8 +878,9 @@ std::vector<Field> make_registry() {
                          "zeno: rho, loss per squared update norm."));
   f.push_back(make_field("zeno.drop", PSTWIN_MEMBER(zeno.drop), IntCodec{0},
                          "zeno: b, the lowest-scored candidates dropped per validator."));
-  f.push_back(make_field("zeno.zenops_rho", PSTWIN_MEMBER(zeno.zenops_rho), RealCodec{0},
-                         "zenops: rho (dimensionless): accept needs <u,v> > rho ||v||^2."));
+  f.push_back(make_field("zeno.zenops_rho", PSTWIN_MEMBER(zeno.zenops_rho), RealCodec{-1},
+                         "zenops: rho (dimensionless): accept needs <u,v> > rho ||v||^2; negative values "
+                         "admit slightly opposed updates (ZenoPS swept -0.1 to 0.1)."));
   f.push_back(make_field("zeno.norm_bound", PSTWIN_MEMBER(zeno.norm_bound), RealCodec{0},
                          "zenops: c: accept needs ||u||^2 < c ||v||^2."));
   f.push_back(make_field("zeno.per_tensor", PSTWIN_MEMBER(zeno.per_tensor), BoolCodec{},
