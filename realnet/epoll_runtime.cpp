@@ -43,6 +43,7 @@ EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
   out.bind_host = where->host;
   out.port = where->port;
   out.own_threads = false;  // the event loop drives it
+  out.pool.link_rate_Bps = options.nic_rate_Bps;
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -215,9 +216,36 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
   std::lock_guard lock(mutex_);
   if (stopped_) return name + ": the transport is stopped";
   if (out_.contains(peer)) return name + ": node " + std::to_string(peer) + " is already connected";
+  apply_pacing(*connection);
   out_by_fd_[connection->fd.get()] = connection.get();
   out_.emplace(peer, std::move(connection));
   return std::nullopt;
+}
+
+// The pool decides each connection's share of the NIC; the kernel enforces it (TCP paces a socket
+// with SO_MAX_PACING_RATE itself, no fq qdisc needed), the way the simulator bounds the flow.
+void EpollTransport::apply_pacing(OutConnection& connection) {
+  if (options_.pool.link_rate_Bps <= 0) return;
+  const double rate = pool_.pacing_rate(connection.peer);
+  const std::uint64_t cap =
+      rate > 0 ? static_cast<std::uint64_t>(rate) : std::numeric_limits<std::uint64_t>::max();
+  // A kernel that refuses leaves the connection unpaced (pacing_rate() shows it); nothing is lost.
+  [[maybe_unused]] const int ignored =
+      ::setsockopt(connection.fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &cap, sizeof cap);
+}
+
+std::optional<std::uint64_t> EpollTransport::pacing_rate(NodeId peer) const {
+  std::lock_guard lock(mutex_);
+  const auto it = out_.find(peer);
+  if (it == out_.end()) return std::nullopt;
+  std::uint64_t cap = 0;
+  socklen_t size = sizeof cap;
+  if (::getsockopt(it->second->fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &cap, &size) != 0)
+    return std::nullopt;
+  // A 32-bit read-back (older kernels) says ~0U for unpaced.
+  if (size == sizeof(std::uint32_t) && static_cast<std::uint32_t>(cap) == ~0U)
+    return std::numeric_limits<std::uint64_t>::max();
+  return cap;
 }
 
 std::optional<std::string> EpollTransport::send(NodeId peer, Message message) {
@@ -246,7 +274,9 @@ void EpollTransport::wake() {
 std::optional<std::string> EpollTransport::set_weights(std::uint64_t version,
                                                        std::span<const fpt::DestinationWeight> weights) {
   std::lock_guard lock(mutex_);
-  return pool_.set_weights(version, weights);
+  if (auto error = pool_.set_weights(version, weights)) return error;
+  for (auto& [peer, connection] : out_) apply_pacing(*connection);
+  return std::nullopt;
 }
 
 fpt::DestinationStats EpollTransport::stats(NodeId peer) const {

@@ -106,6 +106,10 @@ class EpollTransport {
   // peer was never connected, its connection was lost, or the transport stopped.
   [[nodiscard]] std::optional<std::string> send(NodeId peer, Message message);
 
+  // The kernel's pacing cap on our connection to `peer` (SO_MAX_PACING_RATE, bytes/s), as the socket
+  // reports it: what the pool's pacing (Options::pool.link_rate_Bps > 0) asked for; nullopt if not
+  // connected. std::numeric_limits<std::uint64_t>::max() means unpaced.
+  std::optional<std::uint64_t> pacing_rate(NodeId peer) const;
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
                                                        std::span<const fpt::DestinationWeight> weights);
   fpt::DestinationStats stats(NodeId peer) const;
@@ -140,7 +144,8 @@ class EpollTransport {
   void on_readable(int fd);
   int out_epoll() const { return options_.own_threads ? send_epoll_.get() : receive_epoll_.get(); }
   bool idle() const;
-  bool flush(OutConnection& connection);  // false: the connection failed (already reported)
+  void apply_pacing(OutConnection& connection);  // mutex_ held
+  bool flush(OutConnection& connection);         // false: the connection failed (already reported)
   void fail_out(OutConnection& connection, const std::string& detail);
   void accept_all();
   bool read_some(InConnection& connection);  // false: closed (reported if mid-frame or bad)

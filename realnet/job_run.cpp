@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -168,6 +169,12 @@ class SignalGuard {
 
 // Without namespaces every byte crosses loopback: each scenario host's `.up`/`.down` stand for the
 // message bytes its nodes sent/received (same-host traffic included, which the simulator leaves out).
+// A scenario host's link rate: its [cluster.links.HOST] override, else cluster.host_bandwidth.
+double host_bandwidth_Bps(const Scenario& sc, const std::string& host) {
+  const auto it = sc.cluster.host_links.find(host);
+  return it != sc.cluster.host_links.end() ? it->second.bandwidth_Bps : sc.cluster.host_bandwidth_Bps;
+}
+
 std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<NodePart>& parts,
                                       double seconds) {
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_host;
@@ -183,9 +190,7 @@ std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<Node
   std::vector<LinkUsage> links;
   for (int h = 0; h < sc.host_count(); ++h) {
     const std::string name = sc.host_name(h);
-    const auto it = sc.cluster.host_links.find(name);
-    const double bw =
-        it != sc.cluster.host_links.end() ? it->second.bandwidth_Bps : sc.cluster.host_bandwidth_Bps;
+    const double bw = host_bandwidth_Bps(sc, name);
     const auto [up, down] = by_host[name];
     auto util = [&](std::uint64_t bytes) {
       return seconds > 0 ? static_cast<double>(bytes) / (bw * seconds) : 0;
@@ -457,7 +462,11 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     if (spec.validator_id >= 0)
       env.insert(env.end(),
                  {"DMLC_WORKER_TYPE=validator", "DMLC_VALIDATOR_ID=" + std::to_string(spec.validator_id)});
-    if (cluster) env.push_back("DMLC_NODE_HOST=" + cluster->host(spec.host).address);
+    if (cluster) {
+      env.push_back("DMLC_NODE_HOST=" + cluster->host(spec.host).address);
+      // The host's shaped rate: the epoll van's pool paces its connections to shares of it.
+      env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(host_bandwidth_Bps(sc, spec.host))));
+    }
     std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
                                   (dir / (spec.name + ".json")).string()};
     for (const auto& set : options.sets) args.insert(args.end(), {"--set", set});

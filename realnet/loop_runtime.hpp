@@ -109,6 +109,10 @@ struct NodeRuntimeOptions {
   // server's 4 KB summation is modelled at about 1 us; handing it to a lane costs two thread
   // wake-ups, each longer than that on a 2-core VM (4 KB blocking p50 over ZeroMQ: 287 -> 188 us).
   Seconds inline_task_below_s = 10e-6;
+  // > 0: this node's NIC rate in bytes/s (PSTWIN_NIC_RATE; `pstwin run --netns` sets each host's
+  // shaped rate). The epoll van's send pool then paces connections lighter than the heaviest to their
+  // share of it (docs/FPT.md "Send pool"); 0: no pacing.
+  double nic_rate_Bps = 0;
 };
 
 class LoopRuntime;

@@ -76,7 +76,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "BYTEPS_FORCE_DISTRIBUTED",
                                               "PS_VERBOSE",
                                               "BYTEPS_LOG_LEVEL",
-                                              "DMLC_PS_VAN_TYPE"};
+                                              "DMLC_PS_VAN_TYPE",
+                                              "PSTWIN_NIC_RATE"};
   return names;
 }
 
@@ -169,6 +170,10 @@ NodeEnv parse_node_env(const Env& env) {
     if (!van) bad("DMLC_PS_VAN_TYPE", *v, std::string(kVanChoices) + " (the same for every node of the job)");
     out.van = *van;
   }
+  if (const auto* v = find(env, "PSTWIN_NIC_RATE"))
+    out.nic_rate_Bps = static_cast<double>(
+        integer("PSTWIN_NIC_RATE", *v, 1, std::int64_t{1} << 40,
+                "this node's NIC rate in bytes per second, e.g. 125000000 for 1 Gb/s (unset: no pacing)"));
   return out;
 }
 

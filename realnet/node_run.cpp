@@ -207,8 +207,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
 
-  auto runtime = make_node_runtime(
-      env.van, host, NodeRuntimeOptions{label, 0, sc.seed, env.bind_address(), /*linger_ms=*/1000});
+  auto runtime = make_node_runtime(env.van, host,
+                                   NodeRuntimeOptions{.label = label,
+                                                      .seed = sc.seed,
+                                                      .bind = env.bind_address(),
+                                                      .linger_ms = 1000,
+                                                      .nic_rate_Bps = env.nic_rate_Bps});
   LoopRuntime& rt = *runtime;
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
   std::unique_ptr<Node> protocol;

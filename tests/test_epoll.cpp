@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -305,6 +306,42 @@ TEST(EpollTransport, OnePayloadToSeveralPeersArrivesIntactAtEach) {
   }
   EXPECT_TRUE(b_in.wait_errors(0).empty());
   EXPECT_TRUE(c_in.wait_errors(0).empty());
+}
+
+// The pool's pacing (a link rate set) reaches the kernel: a connection lighter than the heaviest gets
+// SO_MAX_PACING_RATE = link rate x weight / total weight, the heaviest and an equal split none.
+TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
+  constexpr auto kUnpaced = std::numeric_limits<std::uint64_t>::max();
+  Inbox a_in, b_in, c_in;
+  EpollTransport::Options paced;
+  paced.pool.link_rate_Bps = 1e9;
+  EpollTransport a(2, paced, a_in.callbacks());
+  EpollTransport b(3, EpollTransport::Options{}, b_in.callbacks());
+  EpollTransport c(4, EpollTransport::Options{}, c_in.callbacks());
+  ASSERT_FALSE(a.connect(3, "127.0.0.1", b.port()).has_value());
+  EXPECT_EQ(a.pacing_rate(3), kUnpaced);  // no weights yet
+  ASSERT_FALSE(a.set_weights(1, std::vector<SendWeight>{{3, 4}, {4, 1}}).has_value());
+  ASSERT_FALSE(a.connect(4, "127.0.0.1", c.port()).has_value());  // connected after the table
+  EXPECT_EQ(a.pacing_rate(3), kUnpaced);
+  EXPECT_EQ(a.pacing_rate(4), 200'000'000u);
+  EXPECT_FALSE(a.pacing_rate(9).has_value());  // not connected
+  ASSERT_FALSE(a.set_weights(2, std::vector<SendWeight>{{3, 1}, {4, 3}}).has_value());
+  EXPECT_EQ(a.pacing_rate(3), 250'000'000u);
+  EXPECT_EQ(a.pacing_rate(4), kUnpaced);
+  ASSERT_FALSE(a.set_weights(3, std::vector<SendWeight>{{3, 1}, {4, 1}}).has_value());
+  EXPECT_EQ(a.pacing_rate(3), kUnpaced);
+  EXPECT_EQ(a.pacing_rate(4), kUnpaced);
+  // Traffic still flows on paced connections.
+  ASSERT_FALSE(a.set_weights(4, std::vector<SendWeight>{{3, 4}, {4, 1}}).has_value());
+  ASSERT_FALSE(a.send(4, make(7, 64 * 1024)).has_value());
+  const auto got = c_in.wait_messages(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(pattern_ok(got[0]));
+  // Without a link rate nothing is paced, whatever the weights.
+  EpollTransport d(5, EpollTransport::Options{}, a_in.callbacks());
+  ASSERT_FALSE(d.connect(3, "127.0.0.1", b.port()).has_value());
+  ASSERT_FALSE(d.set_weights(1, std::vector<SendWeight>{{3, 1}, {4, 4}}).has_value());
+  EXPECT_EQ(d.pacing_rate(3), kUnpaced);
 }
 
 TEST(EpollTransport, StopWhileTrafficFlowsJoinsCleanly) {

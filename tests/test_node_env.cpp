@@ -102,7 +102,8 @@ TEST(NodeEnv, BytePSLogLevelRaisesVerbosityButNeverLowersIt) {
   EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_LOG_LEVEL", "trace")).verbose, 2);
   EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_LOG_LEVEL", "INFO")).verbose, 1);
   EXPECT_EQ(parse_node_env(with(worker_env(), "BYTEPS_LOG_LEVEL", "WARNING")).verbose, 0);
-  EXPECT_EQ(parse_node_env(with(with(worker_env(), "PS_VERBOSE", "1"), "BYTEPS_LOG_LEVEL", "ERROR")).verbose, 1);
+  EXPECT_EQ(parse_node_env(with(with(worker_env(), "PS_VERBOSE", "1"), "BYTEPS_LOG_LEVEL", "ERROR")).verbose,
+            1);
 }
 
 TEST(NodeEnv, MissingRequiredVariablesAreNamedWithAnExample) {
@@ -169,6 +170,16 @@ TEST(NodeEnv, FlagsAndLevelsAreChecked) {
   EXPECT_NE(error_of(with(worker_env(), "BYTEPS_PARTITION_BYTES", "4MB")).find("BYTEPS_PARTITION_BYTES"),
             std::string::npos);
   EXPECT_NE(error_of(with(worker_env(), "BYTEPS_SERVER_ENGINE_THREAD", "0")), "");
+}
+
+TEST(NodeEnv, NicRateIsBytesPerSecondOrRefusedByName) {
+  EXPECT_EQ(parse_node_env(worker_env()).nic_rate_Bps, 0);  // unset: no pacing
+  EXPECT_EQ(parse_node_env(with(worker_env(), "PSTWIN_NIC_RATE", "125000000")).nic_rate_Bps, 125e6);
+  for (const char* bad : {"1Gbps", "0", "-5", "1.5"}) {
+    const auto error = error_of(with(worker_env(), "PSTWIN_NIC_RATE", bad));
+    EXPECT_NE(error.find(std::string("PSTWIN_NIC_RATE=\"") + bad + "\""), std::string::npos) << error;
+    EXPECT_NE(error.find("bytes per second"), std::string::npos) << error;
+  }
 }
 
 TEST(NodeEnv, ErrorsAreScenarioErrors) {
