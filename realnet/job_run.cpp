@@ -169,12 +169,6 @@ class SignalGuard {
 
 // Without namespaces every byte crosses loopback: each scenario host's `.up`/`.down` stand for the
 // message bytes its nodes sent/received (same-host traffic included, which the simulator leaves out).
-// A scenario host's link rate: its [cluster.links.HOST] override, else cluster.host_bandwidth.
-double host_bandwidth_Bps(const Scenario& sc, const std::string& host) {
-  const auto it = sc.cluster.host_links.find(host);
-  return it != sc.cluster.host_links.end() ? it->second.bandwidth_Bps : sc.cluster.host_bandwidth_Bps;
-}
-
 std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<NodePart>& parts,
                                       double seconds) {
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_host;
@@ -190,7 +184,7 @@ std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<Node
   std::vector<LinkUsage> links;
   for (int h = 0; h < sc.host_count(); ++h) {
     const std::string name = sc.host_name(h);
-    const double bw = host_bandwidth_Bps(sc, name);
+    const double bw = sc.host_link(name).bandwidth_Bps;
     const auto [up, down] = by_host[name];
     auto util = [&](std::uint64_t bytes) {
       return seconds > 0 ? static_cast<double>(bytes) / (bw * seconds) : 0;
@@ -465,7 +459,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     if (cluster) {
       env.push_back("DMLC_NODE_HOST=" + cluster->host(spec.host).address);
       // The host's shaped rate: the epoll van's pool paces its connections to shares of it.
-      env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(host_bandwidth_Bps(sc, spec.host))));
+      env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(sc.host_link(spec.host).bandwidth_Bps)));
     }
     std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
                                   (dir / (spec.name + ".json")).string()};

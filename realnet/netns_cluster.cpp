@@ -93,11 +93,6 @@ std::string address_of(int index) {
   return "10.213." + std::to_string(100 + index / 150) + "." + std::to_string(100 + index % 150);
 }
 
-LinkSpec link_of(const Scenario& sc, const std::string& host) {
-  if (auto it = sc.cluster.host_links.find(host); it != sc.cluster.host_links.end()) return it->second;
-  return {sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
-}
-
 // tbf's bucket: 1 ms at the rate, at least 16 KB (enough for a 1500 B MTU at any timer resolution).
 std::uint64_t bucket_bytes(double bandwidth_Bps) {
   return std::max<std::uint64_t>(16384, static_cast<std::uint64_t>(bandwidth_Bps * 1e-3));
@@ -131,7 +126,8 @@ std::vector<std::string> tbf(const std::string& netns, const std::string& dev, d
 constexpr std::uint64_t kHostQueueBytes = 1000 * 1514;
 // A switch port's buffer (`.down`): 10 ms at the port's rate, plus the bucket (tbf's `latency 10ms`).
 std::uint64_t switch_queue_bytes(double bandwidth_Bps) {
-  return std::max<std::uint64_t>(kHostQueueBytes, static_cast<std::uint64_t>(bandwidth_Bps * 10e-3) + bucket_bytes(bandwidth_Bps));
+  return std::max<std::uint64_t>(
+      kHostQueueBytes, static_cast<std::uint64_t>(bandwidth_Bps * 10e-3) + bucket_bytes(bandwidth_Bps));
 }
 
 const std::string kOffloadsFix =
@@ -217,7 +213,7 @@ void NetnsCluster::build(const Scenario& sc) {
   if (switch_fd_ < 0)
     throw NetnsError("namespace cluster: cannot open /run/netns/" + sw + ": " + std::strerror(errno));
   for (int i = 0; i < sc.host_count(); ++i) {
-    NetnsHost h{sc.host_name(i), prefix_ + sc.host_name(i), address_of(i), link_of(sc, sc.host_name(i))};
+    NetnsHost h{sc.host_name(i), prefix_ + sc.host_name(i), address_of(i), sc.host_link(sc.host_name(i))};
     must({"ip", "netns", "add", h.netns});
     // The switch side is named after the host; the host side is "eth0" in the host's namespace.
     must({"ip", "-n", sw, "link", "add", h.name, "type", "veth", "peer", "name", "eth0", "netns", h.netns});

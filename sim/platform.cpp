@@ -28,11 +28,6 @@ std::string number(double value) {
   return out.str();
 }
 
-LinkSpec link_for(const Scenario& sc, const std::string& host) {
-  if (auto it = sc.cluster.host_links.find(host); it != sc.cluster.host_links.end()) return it->second;
-  return {sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
-}
-
 // `backbone` (may be null): a link every message to or from this host's NIC also crosses; SimGrid's
 // star zone keeps it once per route.
 s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& name, Platform& platform,
@@ -40,7 +35,7 @@ s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& n
   const double loopback_latency = kLoopbackOneWay / platform.latency_factor;
   auto* host =
       zone->create_host(name, sc.cluster.host_speed_flops)->set_core_count(sc.cluster.host_cores)->seal();
-  const LinkSpec spec = link_for(sc, name);
+  const LinkSpec spec = sc.host_link(name);
   auto* nic =
       zone->create_split_duplex_link(name + ".nic", spec.bandwidth_Bps)->set_latency(spec.latency_s)->seal();
   std::vector<s4u::LinkInRoute> route{s4u::LinkInRoute(nic, s4u::LinkInRoute::Direction::UP)};

@@ -18,12 +18,6 @@ std::string value_digest(std::uint64_t key, const Payload& value) {
   return digest.hex();
 }
 
-LinkSpec host_link(const Scenario& sc, const std::string& host) {
-  LinkSpec link{sc.cluster.host_bandwidth_Bps, sc.cluster.host_latency_s};
-  if (auto it = sc.cluster.host_links.find(host); it != sc.cluster.host_links.end()) link = it->second;
-  return link;
-}
-
 // Colocated roles share a NIC and loopback traffic skips it: the closed forms assume neither, nor
 // anything but a sync star.
 bool closed_form_applies(const Scenario& sc) {
@@ -78,7 +72,7 @@ void RunRecorder::lb_report(NodeId from, const LbReport& report) {
   if (role_of(from) != Role::kServer) return;
   if (!balancing_) balancing_.emplace();
   const int rank = rank_of(from);
-  const double nominal = host_link(scenario_, scenario_.server_host_name(rank)).bandwidth_Bps;
+  const double nominal = scenario_.host_link(scenario_.server_host_name(rank)).bandwidth_Bps;
   const double rate = report.receive_rate_Bps();
   balancing_->measured.push_back({report.iteration, rank, rate, nominal > 0 ? rate / nominal : 0});
 }
@@ -111,7 +105,6 @@ void RunRecorder::fill(RunReport& report) const {
 std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload& workload,
                                     double bandwidth_factor, double latency_factor, double cross_traffic) {
   if (!closed_form_applies(sc)) return std::nullopt;
-  auto link_of = [&](const std::string& host) { return host_link(sc, host); };
 
   const double n = sc.roles.workers;
   double bound = 0;
@@ -129,7 +122,7 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
         m += wire;
         smallest = smallest == 0 ? wire : std::min(smallest, wire);
       }
-    const LinkSpec link = link_of(sc.server_host_name(s));
+    const LinkSpec link = sc.host_link(sc.server_host_name(s));
     const double b = bandwidth_factor * link.bandwidth_Bps;
     // The cross traffic of the first n*p_j bytes falls inside the wait, not after it.
     bound = std::max(bound, n * smallest / b + n * (m * (1 + cross_traffic) - cross_traffic * smallest) / b);
@@ -138,7 +131,7 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
   // Each worker sends and receives the whole model through its own link.
   const double model_wire = model_wire_bytes(workload);
   for (int w = 0; w < sc.roles.workers; ++w) {
-    const LinkSpec link = link_of(sc.worker_host_name(w));
+    const LinkSpec link = sc.host_link(sc.worker_host_name(w));
     bound = std::max(bound, model_wire * (1 + cross_traffic) / (bandwidth_factor * link.bandwidth_Bps));
     min_latency = std::min(min_latency, link.latency_s);
   }
@@ -168,13 +161,13 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
   const double model = model_wire_bytes(workload);
   double servers_bandwidth = 0, min_latency = std::numeric_limits<double>::infinity();
   for (int s = 0; s < sc.roles.servers; ++s) {
-    const LinkSpec link = host_link(sc, sc.server_host_name(s));
+    const LinkSpec link = sc.host_link(sc.server_host_name(s));
     servers_bandwidth += link.bandwidth_Bps;
     min_latency = std::min(min_latency, link.latency_s);
   }
   double worker_term = 0;
   for (int w = 0; w < sc.roles.workers; ++w) {
-    const LinkSpec link = host_link(sc, sc.worker_host_name(w));
+    const LinkSpec link = sc.host_link(sc.worker_host_name(w));
     worker_term = std::max(worker_term, (1 + c) * model / (f * link.bandwidth_Bps));
     min_latency = std::min(min_latency, link.latency_s);
   }
@@ -184,9 +177,9 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
     // Every server and worker link at once (optimal_split, docs/FPT.md); it covers the workers' links.
     std::vector<double> servers, workers;
     for (int s = 0; s < sc.roles.servers; ++s)
-      servers.push_back(f * host_link(sc, sc.server_host_name(s)).bandwidth_Bps / (1 + c));
+      servers.push_back(f * sc.host_link(sc.server_host_name(s)).bandwidth_Bps / (1 + c));
     for (int w = 0; w < sc.roles.workers; ++w)
-      workers.push_back(f * host_link(sc, sc.worker_host_name(w)).bandwidth_Bps / (1 + c));
+      workers.push_back(f * sc.host_link(sc.worker_host_name(w)).bandwidth_Bps / (1 + c));
     server_term = optimal_split(servers, workers, model).time_s;
     worker_term = 0;
   }

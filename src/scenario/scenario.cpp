@@ -1568,6 +1568,11 @@ std::string Scenario::validator_host_name(int rank) const {
   return host_name((1 + roles.servers + roles.workers + rank) % host_count());
 }
 
+LinkSpec Scenario::host_link(const std::string& host) const {
+  if (auto it = cluster.host_links.find(host); it != cluster.host_links.end()) return it->second;
+  return {cluster.host_bandwidth_Bps, cluster.host_latency_s};
+}
+
 Scenario parse_scenario(std::string_view toml_text, const std::string& source_name,
                         const std::vector<std::pair<std::string, std::string>>& overrides) {
   const Schema& schema = Schema::get();

@@ -240,6 +240,8 @@ struct Scenario {
   std::string server_host_name(int rank) const;
   std::string worker_host_name(int rank) const;
   std::string validator_host_name(int rank) const;
+  // A host's link: its [cluster.links.HOST] override, else cluster.host_bandwidth and host_latency.
+  LinkSpec host_link(const std::string& host) const;
 };
 
 // Thrown for any scenario problem; what() names the file, line (when known), field, value and a fix.
