@@ -80,12 +80,17 @@ void EpollNodeRuntime::set_self(NodeId id) {
 }
 
 std::optional<std::string> EpollNodeRuntime::set_weights(std::uint64_t version,
-                                                         std::span<const fpt::DestinationWeight> weights) {
+                                                         std::span<const PeerWeight> weights) {
   return transport_->set_weights(version, weights);
 }
 
-void EpollNodeRuntime::set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) {
+void EpollNodeRuntime::set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
   if (auto error = set_weights(version, weights)) log("send weights refused: " + *error);
+}
+
+void EpollNodeRuntime::set_receive_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
+  if (auto error = transport_->set_receive_weights(version, weights))
+    log("receive weights refused: " + *error);
 }
 
 void EpollNodeRuntime::bind_peer(NodeId id, const std::string& address) {

@@ -31,9 +31,11 @@ class EpollNodeRuntime final : public LoopRuntime {
   void set_self(NodeId id) override;
   // DRR weights of the send pool by destination, from the next round on (see fpt::SendPool).
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
-                                                       std::span<const fpt::DestinationWeight> weights);
+                                                       std::span<const PeerWeight> weights);
   // The protocol's table (an LB decision's bytes per destination) becomes the pool's DRR weights.
-  void set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) override;
+  void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
+  // ... and the receive shaping's (fpt::ReceiveShaper at PSTWIN_NIC_RATE; without it nothing is shaped).
+  void set_receive_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
   fpt::DestinationStats stats(NodeId peer) const { return transport_->stats(peer); }
   // Transport errors seen (a malformed or misrouted frame, a peer closing mid-frame, a connection
   // lost): before the node stops, each fails it, naming the peer.

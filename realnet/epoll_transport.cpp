@@ -14,6 +14,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -33,6 +34,15 @@ constexpr std::uint64_t kBatchBytes = 4 << 20;       // ... and bytes
 constexpr std::size_t kMaxIov = 128;                 // iovecs per sendmsg
 constexpr int kMaxEvents = 64;
 constexpr std::uint64_t kPooledFromBytes = 16 * 1024;  // smaller payloads come from malloc's caches
+
+// Receive shaping: a shaped connection may read a burst of this long at its rate (at least 128 KiB)
+// and, once out of tokens, sleeps until half of that is back: at most ~200 wake-ups a second.
+constexpr double kShapingBurstSeconds = 0.01;
+constexpr double kShapingMinBurstBytes = 128 * 1024;
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 std::string errno_text(int error) {
   return std::strerror(error);
@@ -104,6 +114,10 @@ struct EpollTransport::InConnection {
   std::shared_ptr<ByteBuffer> body;
   std::uint64_t body_have = 0;
   std::uint32_t body_crc = 0;  // of the body_have bytes so far
+  // Receive shaping: present while the sender is held to a rate; paused_until > 0 while out of tokens
+  // (the socket is off the epoll set's EPOLLIN until then, on the seconds_now() clock).
+  std::optional<fpt::TokenBucket> bucket;
+  double paused_until = 0;
 
   std::string name() const {
     return "connection from " + address + (sender == kNoNode ? "" : " (node " + std::to_string(sender) + ")");
@@ -116,7 +130,8 @@ EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks
       options_(std::move(options)),
       callbacks_(std::move(callbacks)),
       pool_(options_.pool),
-      buffers_(BufferPool::create(options_.buffer_pool_bytes)) {
+      buffers_(BufferPool::create(options_.buffer_pool_bytes)),
+      receive_shaper_(options_.pool.link_rate_Bps) {
   if (auto error = fpt::SendPool::validate(options_.pool)) throw std::runtime_error("pool: " + *error);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -272,11 +287,28 @@ void EpollTransport::wake() {
 }
 
 std::optional<std::string> EpollTransport::set_weights(std::uint64_t version,
-                                                       std::span<const fpt::DestinationWeight> weights) {
+                                                       std::span<const PeerWeight> weights) {
   std::lock_guard lock(mutex_);
   if (auto error = pool_.set_weights(version, weights)) return error;
   for (auto& [peer, connection] : out_) apply_pacing(*connection);
   return std::nullopt;
+}
+
+std::optional<std::string> EpollTransport::set_receive_weights(std::uint64_t version,
+                                                               std::span<const PeerWeight> weights) {
+  {
+    std::lock_guard lock(shaping_mutex_);
+    if (auto error = receive_shaper_.set_weights(version, weights)) return error;
+  }
+  shaping_version_.store(version);
+  if (!options_.own_threads)
+    wake();  // a blocked poll() takes the table up now (the receive thread on its next turn)
+  return std::nullopt;
+}
+
+double EpollTransport::receive_rate(NodeId sender) const {
+  std::lock_guard lock(shaping_mutex_);
+  return receive_shaper_.rate(sender);
 }
 
 fpt::DestinationStats EpollTransport::stats(NodeId peer) const {
@@ -446,7 +478,9 @@ bool EpollTransport::idle() const {
 
 void EpollTransport::poll(int timeout_ms) {
   std::array<epoll_event, kMaxEvents> events{};
-  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, timeout_ms);
+  take_up_receive_shaping();
+  resume_due();
+  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, shaped_timeout(timeout_ms));
   if (ready < 0 && errno != EINTR) {
     report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
     return;
@@ -524,7 +558,10 @@ bool EpollTransport::finish_header(InConnection& c) {
                std::to_string(c.sender) + "; connection dropped");
     return false;
   }
-  c.sender = header.sender;
+  if (c.sender == kNoNode) {
+    c.sender = header.sender;
+    shape(c);
+  }
   c.header = header;
   c.phantom = phantom;
   c.header_have = 0;
@@ -592,6 +629,15 @@ bool EpollTransport::consume(InConnection& c, std::span<const std::byte> bytes) 
 
 bool EpollTransport::read_some(InConnection& c) {
   std::uint64_t budget = options_.read_budget;
+  if (c.bucket) {
+    // Shaped: read what the tokens allow, and sleep once fewer than half a burst is left.
+    c.bucket->refill(seconds_now());
+    if (c.bucket->available() < c.bucket->depth() / 2) {
+      pause(c);
+      return true;
+    }
+    budget = std::min(budget, c.bucket->available());
+  }
   while (budget > 0) {
     std::array<iovec, 2> iov{};
     std::size_t count = 0;
@@ -601,7 +647,12 @@ bool EpollTransport::read_some(InConnection& c) {
           std::min<std::uint64_t>(c.header.payload_length - c.body_have, std::max<std::uint64_t>(budget, 1)));
       iov[count++] = {c.body->data() + c.body_have, direct};
     }
-    iov[count++] = {c.buffer.data(), c.buffer.size()};
+    // A shaped read never takes more than its tokens; an unshaped one may overshoot the budget by the
+    // staging buffer.
+    const std::size_t staging =
+        c.bucket ? static_cast<std::size_t>(std::min<std::uint64_t>(c.buffer.size(), budget - direct))
+                 : c.buffer.size();
+    if (staging > 0) iov[count++] = {c.buffer.data(), staging};
     const ssize_t got = ::readv(c.fd.get(), iov.data(), static_cast<int>(count));
     if (got < 0) {
       if (errno == EINTR) continue;
@@ -622,19 +673,72 @@ bool EpollTransport::read_some(InConnection& c) {
     }
     auto n = static_cast<std::size_t>(got);
     budget -= std::min<std::uint64_t>(budget, n);
+    if (c.bucket) c.bucket->take(n);
     const std::size_t into_body = std::min(n, direct);
     if (into_body > 0 && !body_arrived(c, into_body)) return false;
     if (n > into_body && !consume(c, std::span<const std::byte>(c.buffer.data(), n - into_body)))
       return false;
-    if (n < direct + c.buffer.size()) return true;  // drained what the socket had
+    if (n < direct + staging) return true;  // drained what the socket had
   }
   return true;  // budget spent: level-triggered epoll brings us back after the others had a turn
+}
+
+void EpollTransport::take_up_receive_shaping() {
+  if (shaping_version_.load() == shaping_taken_) return;
+  shaping_taken_ = shaping_version_.load();
+  for (auto& [fd, connection] : in_) shape(*connection);
+}
+
+void EpollTransport::shape(InConnection& c) {
+  double rate = 0;
+  if (c.sender != kNoNode) {
+    std::lock_guard lock(shaping_mutex_);
+    rate = receive_shaper_.rate(c.sender);
+  }
+  if (rate <= 0) {
+    c.bucket.reset();
+    c.paused_until = std::min(c.paused_until, seconds_now());  // unshaped: resume_due() re-arms it now
+    return;
+  }
+  if (c.bucket && c.bucket->rate() == rate) return;
+  c.bucket.emplace(rate, std::max(kShapingMinBurstBytes, rate * kShapingBurstSeconds), seconds_now());
+}
+
+void EpollTransport::pause(InConnection& c) {
+  epoll_event event{};
+  event.events = 0;  // EPOLLERR and EPOLLHUP still come; the rest waits for resume_due()
+  event.data.fd = c.fd.get();
+  epoll_ctl(receive_epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &event);
+  c.paused_until = seconds_now() + c.bucket->seconds_until(static_cast<std::uint64_t>(c.bucket->depth() / 2));
+}
+
+void EpollTransport::resume_due() {
+  const double now = seconds_now();
+  for (auto& [fd, c] : in_) {
+    if (c->paused_until <= 0 || c->paused_until > now) continue;
+    c->paused_until = 0;
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = fd;
+    epoll_ctl(receive_epoll_.get(), EPOLL_CTL_MOD, fd, &event);
+  }
+}
+
+int EpollTransport::shaped_timeout(int timeout_ms) const {
+  double earliest = 0;
+  for (const auto& [fd, c] : in_)
+    if (c->paused_until > 0 && (earliest == 0 || c->paused_until < earliest)) earliest = c->paused_until;
+  if (earliest == 0) return timeout_ms;
+  const int until = static_cast<int>(std::ceil(std::max(0.0, earliest - seconds_now()) * 1000));
+  return timeout_ms < 0 ? until : std::min(timeout_ms, until);
 }
 
 void EpollTransport::receive_loop() {
   std::array<epoll_event, kMaxEvents> events{};
   for (;;) {
-    const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, -1);
+    take_up_receive_shaping();
+    resume_due();
+    const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, shaped_timeout(-1));
     if (ready < 0 && errno != EINTR) {
       report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
       return;

@@ -29,6 +29,7 @@
 
 #include "core/codec.hpp"
 #include "core/message.hpp"
+#include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "realnet/buffer_pool.hpp"
 
@@ -111,8 +112,15 @@ class EpollTransport {
   // connected. std::numeric_limits<std::uint64_t>::max() means unpaced.
   std::optional<std::uint64_t> pacing_rate(NodeId peer) const;
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
-                                                       std::span<const fpt::DestinationWeight> weights);
+                                                       std::span<const PeerWeight> weights);
   fpt::DestinationStats stats(NodeId peer) const;
+  // Receive-side shaping (fpt::ReceiveShaper; the link rate is Options::pool.link_rate_Bps, the NIC's,
+  // taken as the same both ways): from now on a connection from a peer the table names lighter than
+  // its heaviest is read no faster than that peer's share of the link, and TCP's flow control holds the
+  // sender to it. An empty table stops shaping. Thread-safe; the receive side takes it up on its next turn.
+  [[nodiscard]] std::optional<std::string> set_receive_weights(std::uint64_t version,
+                                                               std::span<const PeerWeight> weights);
+  double receive_rate(NodeId sender) const;  // bytes/s the shaping holds `sender` to, 0 for none
   std::uint64_t reused_buffers() const { return buffers_->reused(); }
 
   // Without own threads: waits up to `timeout_ms` (-1: no limit, 0: not at all) for a readable
@@ -155,6 +163,14 @@ class EpollTransport {
   // kernel's copy left them in cache. False if that completed the frame and delivering it failed.
   bool body_arrived(InConnection& connection, std::size_t count);
   bool deliver(InConnection& connection);
+  // Receive shaping, receive side only: a new table's rates onto the connections; a connection out of
+  // tokens stops being polled (pause) until its bucket holds enough again (resume_due); the epoll wait
+  // is cut short for the earliest such resume.
+  void take_up_receive_shaping();
+  void shape(InConnection& connection);  // its sender's rate in force: a bucket, or none
+  void pause(InConnection& connection);
+  void resume_due();
+  int shaped_timeout(int timeout_ms) const;
   void report(const std::string& peer, const std::string& field, const std::string& detail);
 
   std::atomic<NodeId> self_;
@@ -176,6 +192,11 @@ class EpollTransport {
   std::atomic<bool> wake_pending_{false};
 
   std::map<int, std::unique_ptr<InConnection>> in_;  // receive thread only, by fd
+
+  mutable std::mutex shaping_mutex_;  // guards receive_shaper_
+  fpt::ReceiveShaper receive_shaper_;
+  std::atomic<std::uint64_t> shaping_version_{0};  // the receive side compares it with the version it took up
+  std::uint64_t shaping_taken_ = 0;                // receive side only
 
   std::jthread send_thread_;
   std::jthread receive_thread_;

@@ -1,5 +1,6 @@
 #include "sim/cluster.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -76,7 +77,11 @@ void Stream::send_current() {
     });
     return;
   }
-  from_.flow_queue().acquire([this, &network] {
+  // The tighter of the sender's pacing and the receiver's shaping bounds the flow (0: no bound).
+  const double receive_Bps = to_.receive_rate(from_.self());
+  const double bound_Bps = pacing_Bps_ > 0 && receive_Bps > 0 ? std::min(pacing_Bps_, receive_Bps)
+                                                              : std::max(pacing_Bps_, receive_Bps);
+  from_.flow_queue().acquire([this, &network, bound_Bps] {
     network.start(
         from_.host(), to_.host(), static_cast<double>(kHeaderBytes + current_.payload.size()),
         [this] {
@@ -84,7 +89,7 @@ void Stream::send_current() {
           arrive();
           next();
         },
-        pacing_Bps_ > 0 ? pacing_Bps_ : MaxMinFlows::kUnbounded);
+        bound_Bps > 0 ? bound_Bps : MaxMinFlows::kUnbounded);
   });
 }
 
@@ -224,9 +229,13 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
   // 256 KB partition per DRR visit, lighter ones proportionally fewer.
   // With the flow model the pool paces at the NIC's rate (SendPool::pacing_rate: connections lighter
   // than the heaviest are held to their share); SimGrid's host-to-host transfers take no rate bound.
-  if (cluster.scenario().sim.send_pool_slots > 0)
+  if (cluster.scenario().sim.send_pool_slots > 0) {
     pool_ = std::make_unique<fpt::SendPool>(fpt::SendPoolOptions{
         .quantum_bytes = 256, .link_rate_Bps = cluster.flow_network() ? cluster.uplink_rate(host_name_) : 0});
+    // Links are full duplex with one bandwidth: the downlink's rate is the uplink's.
+    if (cluster.flow_network())
+      receive_shaper_ = std::make_unique<fpt::ReceiveShaper>(cluster.uplink_rate(host_name_));
+  }
 }
 
 void SimNode::spawn(Seconds start_delay) {
@@ -321,9 +330,15 @@ void SimNode::transmitted(NodeId to, bool bulk) {
   pump();
 }
 
-void SimNode::set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) {
+void SimNode::set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
   if (!pool_) return;
   if (auto error = pool_->set_weights(version, weights)) log(label_ + ": send weights refused: " + *error);
+}
+
+void SimNode::set_receive_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
+  if (!receive_shaper_) return;
+  if (auto error = receive_shaper_->set_weights(version, weights))
+    log(label_ + ": receive weights refused: " + *error);
 }
 
 Seconds SimNode::now() const {

@@ -20,6 +20,7 @@
 #include "core/runtime.hpp"
 #include "core/send_order.hpp"
 #include "core/timer_queue.hpp"
+#include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "report/run_report.hpp"
 #include "sim/flow_network.hpp"
@@ -137,7 +138,8 @@ class SimNode final : public Runtime {
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
-  void set_send_weights(std::uint64_t version, std::span<const SendWeight> weights) override;
+  void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
+  void set_receive_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
   Seconds now() const override;
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;
@@ -154,6 +156,8 @@ class SimNode final : public Runtime {
                   Seconds end);
   // A stream delivered a message to `to` (with sim.send_pool_slots: a bulk one frees its slot).
   void transmitted(NodeId to, bool bulk);
+  // Receive shaping: the rate bound on bulk flows from `sender` to this node (0: none).
+  double receive_rate(NodeId sender) const { return receive_shaper_ ? receive_shaper_->rate(sender) : 0; }
 
  private:
   void run();
@@ -183,6 +187,9 @@ class SimNode final : public Runtime {
   // sends them first anyway); each connection has at most one in transmission, the node `slots`.
   std::unique_ptr<fpt::SendPool> pool_;
   int pool_in_flight_ = 0;
+  // With the pool and the flow model: FPT's receive-side shaping, applied by the senders' streams as a
+  // bound on each flow into this node (what the epoll van's rate-limited reads make TCP do).
+  std::unique_ptr<fpt::ReceiveShaper> receive_shaper_;
   std::map<std::string, RandomStream, std::less<>> randoms_;
   std::map<std::string, std::unique_ptr<SimExecutor>, std::less<>> executors_;
 };

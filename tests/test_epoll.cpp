@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/codec.hpp"
@@ -320,19 +321,19 @@ TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
   EpollTransport c(4, EpollTransport::Options{}, c_in.callbacks());
   ASSERT_FALSE(a.connect(3, "127.0.0.1", b.port()).has_value());
   EXPECT_EQ(a.pacing_rate(3), kUnpaced);  // no weights yet
-  ASSERT_FALSE(a.set_weights(1, std::vector<SendWeight>{{3, 4}, {4, 1}}).has_value());
+  ASSERT_FALSE(a.set_weights(1, std::vector<PeerWeight>{{3, 4}, {4, 1}}).has_value());
   ASSERT_FALSE(a.connect(4, "127.0.0.1", c.port()).has_value());  // connected after the table
   EXPECT_EQ(a.pacing_rate(3), kUnpaced);
   EXPECT_EQ(a.pacing_rate(4), 200'000'000u);
   EXPECT_FALSE(a.pacing_rate(9).has_value());  // not connected
-  ASSERT_FALSE(a.set_weights(2, std::vector<SendWeight>{{3, 1}, {4, 3}}).has_value());
+  ASSERT_FALSE(a.set_weights(2, std::vector<PeerWeight>{{3, 1}, {4, 3}}).has_value());
   EXPECT_EQ(a.pacing_rate(3), 250'000'000u);
   EXPECT_EQ(a.pacing_rate(4), kUnpaced);
-  ASSERT_FALSE(a.set_weights(3, std::vector<SendWeight>{{3, 1}, {4, 1}}).has_value());
+  ASSERT_FALSE(a.set_weights(3, std::vector<PeerWeight>{{3, 1}, {4, 1}}).has_value());
   EXPECT_EQ(a.pacing_rate(3), kUnpaced);
   EXPECT_EQ(a.pacing_rate(4), kUnpaced);
   // Traffic still flows on paced connections.
-  ASSERT_FALSE(a.set_weights(4, std::vector<SendWeight>{{3, 4}, {4, 1}}).has_value());
+  ASSERT_FALSE(a.set_weights(4, std::vector<PeerWeight>{{3, 4}, {4, 1}}).has_value());
   ASSERT_FALSE(a.send(4, make(7, 64 * 1024)).has_value());
   const auto got = c_in.wait_messages(1);
   ASSERT_EQ(got.size(), 1u);
@@ -340,8 +341,92 @@ TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
   // Without a link rate nothing is paced, whatever the weights.
   EpollTransport d(5, EpollTransport::Options{}, a_in.callbacks());
   ASSERT_FALSE(d.connect(3, "127.0.0.1", b.port()).has_value());
-  ASSERT_FALSE(d.set_weights(1, std::vector<SendWeight>{{3, 1}, {4, 4}}).has_value());
+  ASSERT_FALSE(d.set_weights(1, std::vector<PeerWeight>{{3, 1}, {4, 4}}).has_value());
   EXPECT_EQ(d.pacing_rate(3), kUnpaced);
+}
+
+// Receive-side shaping on real sockets: the receiver reads a lighter sender's connection no faster
+// than its share of the link, and TCP's flow control holds the sender to that; the heaviest is not
+// shaped; an empty table lifts it, from a paused connection too. The lower bound on the shaped
+// sender's time is what the token bucket guarantees however loaded the machine (load only slows it).
+TEST(EpollTransport, ReceiveShapingHoldsALighterSenderToItsShare) {
+  using Clock = std::chrono::steady_clock;
+  struct Arrival {
+    NodeId sender = kNoNode;
+    std::uint64_t bytes = 0;
+    Clock::time_point at;
+  };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Arrival> arrivals;
+  const auto wait_for = [&](std::size_t count) {
+    std::unique_lock lock(mutex);
+    changed.wait_for(lock, 30s, [&] { return arrivals.size() >= count; });
+    return arrivals;
+  };
+  EpollTransport::Callbacks callbacks{
+      [&](Message m) {
+        std::lock_guard lock(mutex);
+        arrivals.push_back({m.header.sender, kHeaderBytes + m.payload.size(), Clock::now()});
+        changed.notify_all();
+      },
+      {}};
+  constexpr double kLinkRate = 8e6;             // bytes/s: the light sender's share (1 of 4) is 2 MB/s
+  constexpr std::uint64_t kBurst = 128 * 1024;  // the shaper's bucket depth at this rate
+  constexpr int kMessages = 48;
+  constexpr std::uint64_t kPayload = 64 * 1024;
+  EpollTransport::Options options;
+  options.pool.link_rate_Bps = kLinkRate;
+  EpollTransport hub(1, options, callbacks);
+  Inbox unused;
+  EpollTransport heavy(2, EpollTransport::Options{}, unused.callbacks());
+  EpollTransport light(3, EpollTransport::Options{}, unused.callbacks());
+  EXPECT_EQ(hub.receive_rate(3), 0.0);  // no table yet
+  ASSERT_FALSE(hub.set_receive_weights(1, std::vector<PeerWeight>{{2, 3}, {3, 1}}).has_value());
+  EXPECT_EQ(hub.receive_rate(2), 0.0);
+  EXPECT_DOUBLE_EQ(hub.receive_rate(3), kLinkRate / 4);
+  ASSERT_TRUE(hub.set_receive_weights(1, std::vector<PeerWeight>{{3, 1}}).has_value());  // stale version
+  ASSERT_FALSE(heavy.connect(1, "127.0.0.1", hub.port()).has_value());
+  ASSERT_FALSE(light.connect(1, "127.0.0.1", hub.port()).has_value());
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_FALSE(heavy.send(1, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
+    ASSERT_FALSE(light.send(1, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
+  }
+  auto got = wait_for(2 * kMessages);
+  ASSERT_EQ(got.size(), 2U * kMessages);
+  const auto span_of = [&](NodeId sender, std::size_t from) {
+    std::uint64_t bytes = 0, first_bytes = 0;
+    Clock::time_point first{}, last{};
+    for (std::size_t i = from; i < got.size(); ++i) {
+      if (got[i].sender != sender) continue;
+      if (bytes == 0) {
+        first = got[i].at;
+        first_bytes = got[i].bytes;
+      }
+      bytes += got[i].bytes;
+      last = got[i].at;
+    }
+    return std::tuple{bytes - first_bytes, std::chrono::duration<double>(last - first).count(), last};
+  };
+  const auto [light_bytes, light_seconds, light_last] = span_of(3, 0);
+  const auto [heavy_bytes, heavy_seconds, heavy_last] = span_of(2, 0);
+  // After its first message the light sender's bytes were read at most at 2 MB/s, plus the bucket's
+  // depth and what the read that completed the first message took of the next (at most a burst).
+  EXPECT_GE(light_seconds, (static_cast<double>(light_bytes) - 2.0 * kBurst) / (kLinkRate / 4))
+      << light_bytes << " bytes";
+  EXPECT_LT(heavy_last, light_last) << "the unshaped sender finishes first";
+  for (const auto& m : got) EXPECT_EQ(m.bytes, kHeaderBytes + kPayload);
+
+  // Lifted (the load balancer's probe state): the light sender is read as fast as it comes.
+  ASSERT_FALSE(hub.set_receive_weights(2, {}).has_value());
+  EXPECT_EQ(hub.receive_rate(3), 0.0);
+  for (int i = 0; i < kMessages; ++i)
+    ASSERT_FALSE(light.send(1, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
+  got = wait_for(3 * kMessages);
+  ASSERT_EQ(got.size(), 3U * kMessages);
+  const auto [unshaped_bytes, unshaped_seconds, unshaped_last] = span_of(3, 2 * kMessages);
+  EXPECT_LT(unshaped_seconds, static_cast<double>(unshaped_bytes) / (kLinkRate / 4))
+      << "no faster than the shaped rate: shaping was not lifted";
 }
 
 TEST(EpollTransport, StopWhileTrafficFlowsJoinsCleanly) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 
 namespace pstwin::fpt {
@@ -39,13 +40,13 @@ void enqueue_ok(SendPool& pool, NodeId dest, Message m) {
 
 TEST(FptSendPool, DrrSharesFollowWeightsUnderASenderBottleneck) {
   SendPool pool(SendPoolOptions{.quantum_bytes = 16 * 1024});
-  const std::vector<DestinationWeight> weights = {{2, 1}, {3, 2}, {4, 4}};
+  const std::vector<PeerWeight> weights = {{2, 1}, {3, 2}, {4, 4}};
   ASSERT_FALSE(pool.set_weights(1, weights).has_value());
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<std::uint64_t> size(0, 300 * 1024);  // many messages larger than a quantum
   std::uint64_t key = 0;
   for (const auto& w : weights) {
-    for (int i = 0; i < 8; ++i) enqueue_ok(pool, w.destination, data(0, size(rng), key++));
+    for (int i = 0; i < 8; ++i) enqueue_ok(pool, w.peer, data(0, size(rng), key++));
   }
   std::map<NodeId, std::uint64_t> sent;
   std::uint64_t total = 0;
@@ -58,11 +59,11 @@ TEST(FptSendPool, DrrSharesFollowWeightsUnderASenderBottleneck) {
     enqueue_ok(pool, out->destination, data(0, size(rng), key++));  // always backlogged
   }
   for (const auto& w : weights) {
-    const double share = static_cast<double>(sent[w.destination]) / static_cast<double>(total);
+    const double share = static_cast<double>(sent[w.peer]) / static_cast<double>(total);
     const double expected = w.weight / 7.0;
-    EXPECT_NEAR(share, expected, 0.05 * expected) << "destination " << w.destination;
-    EXPECT_EQ(pool.stats(w.destination).sent_bytes, sent[w.destination]);
-    EXPECT_EQ(pool.stats(w.destination).weight, w.weight);
+    EXPECT_NEAR(share, expected, 0.05 * expected) << "destination " << w.peer;
+    EXPECT_EQ(pool.stats(w.peer).sent_bytes, sent[w.peer]);
+    EXPECT_EQ(pool.stats(w.peer).weight, w.weight);
   }
 }
 
@@ -118,7 +119,7 @@ TEST(FptSendPool, WeightChangeAppliesFromTheNextRoundOnly) {
   }
   std::vector<NodeId> order;
   order.push_back(pool.next()->destination);  // round 1 starts: 2
-  const std::vector<DestinationWeight> w = {{2, 3}};
+  const std::vector<PeerWeight> w = {{2, 3}};
   ASSERT_FALSE(pool.set_weights(5, w).has_value());
   EXPECT_EQ(pool.weights_version(), 0u);  // not yet: round 1 is running
   EXPECT_EQ(pool.stats(2).weight, 1u);
@@ -132,11 +133,11 @@ TEST(FptSendPool, WeightChangeAppliesFromTheNextRoundOnly) {
   const auto stale = pool.set_weights(5, w);
   ASSERT_TRUE(stale.has_value());
   EXPECT_NE(stale->find("version 5"), std::string::npos) << *stale;
-  const std::vector<DestinationWeight> zero = {{2, 0}};
+  const std::vector<PeerWeight> zero = {{2, 0}};
   const auto zero_error = pool.set_weights(6, zero);
   ASSERT_TRUE(zero_error.has_value());
   EXPECT_NE(zero_error->find("weight 0"), std::string::npos) << *zero_error;
-  const std::vector<DestinationWeight> twice = {{2, 1}, {2, 2}};
+  const std::vector<PeerWeight> twice = {{2, 1}, {2, 2}};
   EXPECT_NE(pool.set_weights(6, twice).value_or("").find("listed twice"), std::string::npos);
   EXPECT_EQ(pool.weights_version(), 5u);
 }
@@ -206,7 +207,7 @@ TEST(FptSendPool, EmptyUnknownAndDroppedDestinations) {
 TEST(FptSendPool, PacingHoldsLighterDestinationsToTheirShareOfTheLink) {
   SendPool pool(SendPoolOptions{.quantum_bytes = 256, .link_rate_Bps = 1e9});
   EXPECT_EQ(pool.pacing_rate(2), 0);  // no table yet: nothing paced
-  ASSERT_FALSE(pool.set_weights(1, std::vector<DestinationWeight>{{2, 1000}, {3, 500}, {4, 250}, {5, 250}}));
+  ASSERT_FALSE(pool.set_weights(1, std::vector<PeerWeight>{{2, 1000}, {3, 500}, {4, 250}, {5, 250}}));
   EXPECT_EQ(pool.pacing_rate(2), 0);  // the heaviest takes whatever the others leave
   EXPECT_DOUBLE_EQ(pool.pacing_rate(3), 0.25e9);
   EXPECT_DOUBLE_EQ(pool.pacing_rate(4), 0.125e9);
@@ -214,7 +215,7 @@ TEST(FptSendPool, PacingHoldsLighterDestinationsToTheirShareOfTheLink) {
   EXPECT_EQ(pool.pacing_rate(9), 0);  // unlisted (the scheduler's reports): never held back
   // Without a link rate the pool does not pace; a negative or infinite rate is refused, named.
   SendPool unpaced;
-  ASSERT_FALSE(unpaced.set_weights(1, std::vector<DestinationWeight>{{2, 1000}, {3, 500}}));
+  ASSERT_FALSE(unpaced.set_weights(1, std::vector<PeerWeight>{{2, 1000}, {3, 500}}));
   EXPECT_EQ(unpaced.pacing_rate(3), 0);
   const auto error = SendPool::validate(SendPoolOptions{.link_rate_Bps = -1});
   ASSERT_TRUE(error.has_value());
@@ -233,7 +234,7 @@ TEST(FptSendPool, SameOperationsGiveTheSameSequence) {
       enqueue_ok(pool, dest,
                  rng() % 7 == 0 ? control(k) : data(static_cast<std::int32_t>(rng() % 4), rng() % 20000, k));
       if (k % 500 == 0) {
-        const std::vector<DestinationWeight> w = {{dest, static_cast<std::uint32_t>(1 + k % 5)}};
+        const std::vector<PeerWeight> w = {{dest, static_cast<std::uint32_t>(1 + k % 5)}};
         EXPECT_FALSE(pool.set_weights(k + 1, w).has_value());
       }
       if (rng() % 2 == 0) {
@@ -248,33 +249,52 @@ TEST(FptSendPool, SameOperationsGiveTheSameSequence) {
   EXPECT_EQ(a, run());
 }
 
-TEST(FptReceiveShaper, GrantsSplitTheWindowByWeightAndRefuseOversending) {
-  ReceiveShaper shaper(400);
-  const std::vector<DestinationWeight> w = {{3, 2}};
-  ASSERT_FALSE(shaper.set_weights(1, w).has_value());
-  for (NodeId s : {2, 3, 4}) shaper.request(s, 1000);
-  auto grants = shaper.grants();
-  ASSERT_EQ(grants.size(), 3u);
-  EXPECT_EQ(grants[0].sender, 2);
-  EXPECT_EQ(grants[0].bytes, 100u);
-  EXPECT_EQ(grants[1].bytes, 200u);
-  EXPECT_EQ(grants[2].bytes, 100u);
-  EXPECT_TRUE(shaper.grants().empty());  // the window is fully granted
+TEST(FptReceiveShaper, HoldsLighterSendersToTheirShareOfTheLink) {
+  ReceiveShaper shaper(2000.0);    // bytes/s of the receiver's link
+  EXPECT_EQ(shaper.rate(3), 0.0);  // no table: nobody is shaped
+  ASSERT_FALSE(shaper.set_weights(1, std::vector<PeerWeight>{{2, 1000}, {3, 500}, {4, 250}, {5, 250}}));
+  EXPECT_EQ(shaper.rate(2), 0.0);  // the heaviest takes what the others leave
+  EXPECT_DOUBLE_EQ(shaper.rate(3), 500.0);
+  EXPECT_DOUBLE_EQ(shaper.rate(4), 250.0);
+  EXPECT_DOUBLE_EQ(shaper.rate(5), 250.0);
+  EXPECT_EQ(shaper.rate(9), 0.0);  // not in the table (the scheduler's reports): not shaped
+  // Applied at once (no round to wait for), and an empty table ends shaping (the probe state).
+  ASSERT_FALSE(shaper.set_weights(2, std::vector<PeerWeight>{{2, 1}, {3, 3}}));
+  EXPECT_DOUBLE_EQ(shaper.rate(2), 500.0);
+  EXPECT_EQ(shaper.rate(3), 0.0);
+  ASSERT_FALSE(shaper.set_weights(3, {}));
+  EXPECT_EQ(shaper.rate(2), 0.0);
+  EXPECT_EQ(shaper.version(), 3U);
+  // Refused, naming what is wrong, and the table in force stays.
+  const auto stale = shaper.set_weights(3, std::vector<PeerWeight>{{2, 1}, {3, 3}});
+  ASSERT_TRUE(stale.has_value());
+  EXPECT_NE(stale->find("not newer than version 3"), std::string::npos) << *stale;
+  const auto zero = shaper.set_weights(4, std::vector<PeerWeight>{{2, 0}});
+  ASSERT_TRUE(zero.has_value());
+  EXPECT_NE(zero->find("node 2 has weight 0"), std::string::npos) << *zero;
+  EXPECT_EQ(shaper.version(), 3U);
+  // Without a link rate (PSTWIN_NIC_RATE unset) nothing can be shaped.
+  ReceiveShaper unknown_link;
+  ASSERT_FALSE(unknown_link.set_weights(1, std::vector<PeerWeight>{{2, 1000}, {3, 1}}));
+  EXPECT_EQ(unknown_link.rate(3), 0.0);
+}
 
-  ASSERT_FALSE(shaper.on_received(3, 150).has_value());
-  grants = shaper.grants();
-  ASSERT_EQ(grants.size(), 1u);
-  EXPECT_EQ(grants[0].sender, 3);
-  EXPECT_EQ(grants[0].bytes, 150u);
-  EXPECT_EQ(shaper.outstanding(3), 200u);
-  EXPECT_EQ(shaper.demand(3), 1000u - 350u);
-
-  const auto over = shaper.on_received(2, 101);
-  ASSERT_TRUE(over.has_value());
-  EXPECT_NE(over->find("node 2 sent 101"), std::string::npos) << *over;
-  EXPECT_EQ(shaper.outstanding(2), 100u);  // not charged
-  EXPECT_TRUE(shaper.on_received(9, 1).has_value());
-  EXPECT_TRUE(shaper.set_weights(1, w).has_value());  // stale version
+TEST(FptTokenBucket, RefillsAtItsRateUpToItsDepth) {
+  TokenBucket bucket(128.0, 50.0, 10.0);  // 128 B/s, 50 B deep, at t = 10 s (binary fractions: exact)
+  EXPECT_EQ(bucket.available(), 50U);     // starts full
+  bucket.take(30);
+  EXPECT_EQ(bucket.available(), 20U);
+  bucket.refill(10.125);
+  EXPECT_EQ(bucket.available(), 36U);
+  EXPECT_DOUBLE_EQ(bucket.seconds_until(50), 14.0 / 128);
+  EXPECT_DOUBLE_EQ(bucket.seconds_until(500), 14.0 / 128);  // never more than the depth
+  EXPECT_EQ(bucket.seconds_until(36), 0.0);
+  bucket.refill(5.0);  // a clock that went back adds nothing
+  EXPECT_EQ(bucket.available(), 36U);
+  bucket.refill(20.0);
+  EXPECT_EQ(bucket.available(), 50U);  // capped at the depth
+  bucket.take(80);
+  EXPECT_EQ(bucket.available(), 0U);  // never below zero
 }
 
 }  // namespace

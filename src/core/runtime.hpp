@@ -63,7 +63,12 @@ class Runtime {
   // How this node's outgoing bytes should be shared among destinations from now on (ps.balancing =
   // "lb": in proportion to what the decision in force sends to each). A backend with a send pool makes
   // them its DRR weights (docs/FPT.md); `version` grows with every new table. Default: ignored.
-  virtual void set_send_weights(std::uint64_t /*version*/, std::span<const SendWeight> /*weights*/) {}
+  virtual void set_send_weights(std::uint64_t /*version*/, std::span<const PeerWeight> /*weights*/) {}
+  // How the bulk bytes this node receives should be shared among the peers sending them (many-to-one:
+  // in proportion to what the decision in force has each send us). A backend that can shape what it
+  // receives holds lighter peers to their shares of its link (fpt::ReceiveShaper). An empty table
+  // turns shaping off (the load balancer's probe state). Default: ignored.
+  virtual void set_receive_weights(std::uint64_t /*version*/, std::span<const PeerWeight> /*weights*/) {}
 
   virtual Seconds now() const = 0;
   virtual TimerId start_timer(Seconds delay, std::function<void()> fire) = 0;

@@ -19,9 +19,10 @@ std::string_view role_name(Role role);
 // The inverse of role_name; nullopt for any other text.
 std::optional<Role> role_from_name(std::string_view name);
 
-// A destination's weight in a node's send pool: its share of the bulk bytes is weight / sum of weights.
-struct SendWeight {
-  NodeId destination = kNoNode;
+// A peer's weight in a node's traffic shaping: its share of the bulk bytes this node sends to its peers
+// (send pool) or receives from them (receive shaping) is weight / sum of weights.
+struct PeerWeight {
+  NodeId peer = kNoNode;
   std::uint32_t weight = 1;  // 1..1,000,000 (fpt::kMaxWeight)
 };
 

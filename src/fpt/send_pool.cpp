@@ -9,38 +9,6 @@
 
 namespace pstwin::fpt {
 
-namespace {
-
-// Shared by SendPool and ReceiveShaper: a weight table must name each node once, with 1..kMaxWeight.
-std::optional<std::string> check_weights(std::uint64_t version, std::uint64_t newest,
-                                         std::span<const DestinationWeight> weights,
-                                         std::map<NodeId, std::uint32_t>& out) {
-  if (version <= newest) {
-    return "weights version " + std::to_string(version) + " is not newer than version " +
-           std::to_string(newest) + " already given: pass a larger version for every new decision";
-  }
-  for (const auto& w : weights) {
-    if (w.destination == kNoNode) {
-      return "weights: destination is kNoNode (" + std::to_string(kNoNode) + "): name a real node id";
-    }
-    if (w.weight == 0 || w.weight > kMaxWeight) {
-      return "weights: node " + std::to_string(w.destination) + " has weight " + std::to_string(w.weight) +
-             ", must be 1.." + std::to_string(kMaxWeight) + " (0 would starve it; leave it out for 1)";
-    }
-    if (!out.emplace(w.destination, w.weight).second) {
-      return "weights: node " + std::to_string(w.destination) + " is listed twice: list each node once";
-    }
-  }
-  return std::nullopt;
-}
-
-std::uint32_t weight_of(const std::map<NodeId, std::uint32_t>& weights, NodeId id) {
-  const auto it = weights.find(id);
-  return it == weights.end() ? 1 : it->second;
-}
-
-}  // namespace
-
 std::uint64_t wire_bytes(const Message& message) {
   return kHeaderBytes + message.payload.size();
 }
@@ -65,17 +33,7 @@ std::optional<std::string> SendPool::validate(const SendPoolOptions& options) {
 }
 
 double SendPool::pacing_rate(NodeId id) const {
-  if (options_.link_rate_Bps <= 0 || weights_.empty()) return 0;
-  const auto it = weights_.find(id);
-  if (it == weights_.end()) return 0;
-  std::uint64_t sum = 0;
-  std::uint32_t heaviest = 0;
-  for (const auto& [node, weight] : weights_) {
-    sum += weight;
-    heaviest = std::max(heaviest, weight);
-  }
-  if (it->second >= heaviest) return 0;
-  return options_.link_rate_Bps * it->second / static_cast<double>(sum);
+  return shaped_rate(options_.link_rate_Bps, weights_, id);
 }
 
 SendPool::Destination& SendPool::destination(NodeId id) {
@@ -211,10 +169,9 @@ std::optional<Outgoing> SendPool::next() {
   return std::nullopt;
 }
 
-std::optional<std::string> SendPool::set_weights(std::uint64_t version,
-                                                 std::span<const DestinationWeight> weights) {
+std::optional<std::string> SendPool::set_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
   const std::uint64_t newest = pending_weights_ ? pending_weights_->first : active_version_;
-  std::map<NodeId, std::uint32_t> table;
+  WeightTable table;
   if (auto error = check_weights(version, newest, weights, table)) return error;
   pending_weights_.emplace(version, std::move(table));
   if (active_.empty()) apply_pending_weights();  // no round is running: the next one starts with them
@@ -276,67 +233,6 @@ DestinationStats SendPool::stats(NodeId id) const {
     return zero;
   }
   return it->second.stats;
-}
-
-// ---- ReceiveShaper ----
-
-ReceiveShaper::ReceiveShaper(std::uint64_t window_bytes)
-    : window_bytes_(std::clamp<std::uint64_t>(window_bytes, 1, std::uint64_t{1} << 40)) {}
-
-void ReceiveShaper::request(NodeId sender, std::uint64_t bytes) {
-  senders_[sender].demand += bytes;
-}
-
-std::optional<std::string> ReceiveShaper::on_received(NodeId sender, std::uint64_t bytes) {
-  if (bytes == 0) return std::nullopt;
-  const auto it = senders_.find(sender);
-  const std::uint64_t granted = it == senders_.end() ? 0 : it->second.outstanding;
-  if (bytes > granted) {
-    return "node " + std::to_string(sender) + " sent " + std::to_string(bytes) +
-           " bytes but holds credit for " + std::to_string(granted) + ": a sender must wait for a grant";
-  }
-  it->second.outstanding -= bytes;
-  return std::nullopt;
-}
-
-std::optional<std::string> ReceiveShaper::set_weights(std::uint64_t version,
-                                                      std::span<const DestinationWeight> weights) {
-  std::map<NodeId, std::uint32_t> table;
-  if (auto error = check_weights(version, version_, weights, table)) return error;
-  version_ = version;
-  for (auto& [id, s] : senders_) s.weight = weight_of(table, id);
-  for (const auto& [id, w] : table) senders_[id].weight = w;
-  return std::nullopt;
-}
-
-std::vector<CreditGrant> ReceiveShaper::grants() {
-  std::uint64_t total_weight = 0;
-  for (const auto& [id, s] : senders_) {
-    if (s.demand > 0 || s.outstanding > 0) total_weight += s.weight;
-  }
-  std::vector<CreditGrant> out;
-  if (total_weight == 0) return out;
-  for (auto& [id, s] : senders_) {
-    if (s.demand == 0) continue;
-    const std::uint64_t share = window_bytes_ * s.weight / total_weight;
-    const std::uint64_t room = share > s.outstanding ? share - s.outstanding : 0;
-    const std::uint64_t grant = std::min(room, s.demand);
-    if (grant == 0) continue;
-    s.outstanding += grant;
-    s.demand -= grant;
-    out.push_back({id, grant});
-  }
-  return out;
-}
-
-std::uint64_t ReceiveShaper::outstanding(NodeId sender) const {
-  const auto it = senders_.find(sender);
-  return it == senders_.end() ? 0 : it->second.outstanding;
-}
-
-std::uint64_t ReceiveShaper::demand(NodeId sender) const {
-  const auto it = senders_.find(sender);
-  return it == senders_.end() ? 0 : it->second.demand;
 }
 
 }  // namespace pstwin::fpt

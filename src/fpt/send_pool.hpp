@@ -23,6 +23,7 @@
 
 #include "core/message.hpp"
 #include "core/types.hpp"
+#include "fpt/weights.hpp"
 
 namespace pstwin::fpt {
 
@@ -31,10 +32,6 @@ std::uint64_t wire_bytes(const Message& message);
 
 // Header-only messages are control traffic and bypass DRR (as send_order_key's first field).
 bool is_control(const Message& message);
-
-// The runtime interface's type (Runtime::set_send_weights), so a table passes through unconverted.
-using DestinationWeight = SendWeight;
-inline constexpr std::uint32_t kMaxWeight = 1'000'000;
 
 struct SendPoolOptions {
   std::uint64_t quantum_bytes = 64 * 1024;  // DRR quantum of a weight-1 destination
@@ -73,18 +70,13 @@ class SendPool {
   // Replaces the weights from the next DRR round on. `version` must grow (a stale decision is refused);
   // destinations not listed keep weight 1. A weight of 0 or a duplicate destination is an error.
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
-                                                       std::span<const DestinationWeight> weights);
+                                                       std::span<const PeerWeight> weights);
   std::uint64_t weights_version() const { return active_version_; }  // the version in force now
 
   // Pacing (options.link_rate_Bps > 0): the rate in bytes/s a connection to `destination` is to be held
-  // to, 0 for none. A destination the table in force names with less than its heaviest weight gets
-  // link rate x weight / sum of the table's weights; the heaviest ones, unlisted destinations and all
-  // of them without a table are not paced. Why: DRR decides shares only where the pool is the
-  // bottleneck; once a message is on the wire (TCP, or one flow per connection in the simulator) a
-  // NIC shares itself equally among connections, so light ones would take bandwidth the heavy ones
-  // need. Capped at their shares, the light ones leave the heavy ones the rest, and the heavy ones
-  // (unpaced) take up whatever a capped one leaves unused. The transport applies the rate
-  // (the simulator: a bound on the message's flow; a socket: SO_MAX_PACING_RATE).
+  // to, 0 for none: fpt::shaped_rate of the table in force. DRR decides shares only where the pool is
+  // the bottleneck; once a message is on the wire the NIC's own sharing takes over. The transport
+  // applies the rate (the simulator: a bound on the message's flow; a socket: SO_MAX_PACING_RATE).
   double pacing_rate(NodeId destination) const;
 
   // A blocked destination (its socket is full) leaves the rotation until unblocked; its messages stay.
@@ -141,45 +133,8 @@ class SendPool {
   std::uint64_t queued_messages_ = 0;
   std::uint64_t rounds_ = 0;
   std::uint64_t active_version_ = 0;
-  std::optional<std::pair<std::uint64_t, std::map<NodeId, std::uint32_t>>> pending_weights_;
-  std::map<NodeId, std::uint32_t> weights_;  // the weights in force
-};
-
-// Receive-side shaping for many-to-one: a receiver splits a window of bytes in flight among the
-// senders that want to send to it, in proportion to their weights, and grants credits. A sender
-// may send only what it was granted; every byte received returns to the window.
-struct CreditGrant {
-  NodeId sender = kNoNode;
-  std::uint64_t bytes = 0;
-};
-
-class ReceiveShaper {
- public:
-  explicit ReceiveShaper(std::uint64_t window_bytes);
-
-  // A sender announces `bytes` more it wants to send.
-  void request(NodeId sender, std::uint64_t bytes);
-  // Bytes arrived from `sender`; an error if it sent more than it was granted (the grant is not charged).
-  [[nodiscard]] std::optional<std::string> on_received(NodeId sender, std::uint64_t bytes);
-  // Versioned weights, as SendPool::set_weights; applied at once (the next grants() call).
-  [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
-                                                       std::span<const DestinationWeight> weights);
-  // New credits to send out, by sender id: each sender with demand is topped up to its share of the
-  // window (window x weight / sum of the weights of senders with demand or credit outstanding).
-  std::vector<CreditGrant> grants();
-
-  std::uint64_t outstanding(NodeId sender) const;  // granted, not yet received
-  std::uint64_t demand(NodeId sender) const;       // requested, not yet granted
-
- private:
-  struct Sender {
-    std::uint64_t demand = 0;
-    std::uint64_t outstanding = 0;
-    std::uint32_t weight = 1;
-  };
-  std::uint64_t window_bytes_;
-  std::uint64_t version_ = 0;
-  std::map<NodeId, Sender> senders_;
+  std::optional<std::pair<std::uint64_t, WeightTable>> pending_weights_;
+  WeightTable weights_;  // the weights in force
 };
 
 }  // namespace pstwin::fpt

@@ -332,9 +332,32 @@ void Worker::on_app_message(Message message) {
   }
 }
 
+namespace {
+
+// Bytes per peer as integer weights, the heaviest 1000 (sim's pool quantum makes that one partition).
+std::vector<PeerWeight> weights_from_bytes(const std::map<NodeId, double>& bytes) {
+  double most = 0;
+  for (const auto& [node, b] : bytes) most = std::max(most, b);
+  std::vector<PeerWeight> weights;
+  for (const auto& [node, b] : bytes)
+    weights.push_back({node, static_cast<std::uint32_t>(std::max(1.0, std::round(1000 * b / most)))});
+  return weights;
+}
+
+}  // namespace
+
 void Worker::follow_decision_weights(const LbDecision& decision) {
   if (decision.version == weights_version_) return;
   weights_version_ = decision.version;
+  if (decision.probe) {
+    // FPT v2.5: no shaping while probing, so the monitors measure what the links carry unshaped.
+    rt_.set_send_weights(decision.version, {});
+    rt_.set_receive_weights(decision.version, {});
+    return;
+  }
+  // A worker exchanges the same bytes with each peer both ways: its push to an owner comes back as the
+  // owner's aggregate, and its own range's aggregate goes to each worker whose push it received. So one
+  // table shapes both what it sends (the pool) and what it receives (many owners into one downlink).
   const int servers = scenario_.roles.servers;
   const int mine = slot_of(rt_.self(), servers);
   std::map<NodeId, double> bytes;
@@ -342,19 +365,15 @@ void Worker::follow_decision_weights(const LbDecision& decision) {
   for (std::size_t i = 0; i < partitions.size(); ++i) {
     const auto wire = static_cast<double>(partitions[i].bytes + kHeaderBytes);
     if (decision.owner[i] != mine) {
-      bytes[slot_node(decision.owner[i], servers)] += wire;  // our push
+      bytes[slot_node(decision.owner[i], servers)] += wire;
       continue;
     }
-    for (int w = 0; w < scenario_.roles.workers; ++w)  // our range's aggregate to every other worker
+    for (int w = 0; w < scenario_.roles.workers; ++w)
       if (worker_id(w) != rt_.self()) bytes[worker_id(w)] += wire;
   }
-  double most = 0;
-  for (const auto& [node, b] : bytes) most = std::max(most, b);
-  std::vector<SendWeight> weights;
-  // Scaled so the heaviest destination has weight 1000 (sim's pool quantum makes that one partition).
-  for (const auto& [node, b] : bytes)
-    weights.push_back({node, static_cast<std::uint32_t>(std::max(1.0, std::round(1000 * b / most)))});
+  const auto weights = weights_from_bytes(bytes);
   rt_.set_send_weights(decision.version, weights);
+  rt_.set_receive_weights(decision.version, weights);
 }
 
 void Worker::serve(Message request) {

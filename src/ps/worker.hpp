@@ -108,7 +108,7 @@ class Worker final : public PsNode {
   std::unique_ptr<DecisionBook> decisions_;
   BandwidthMonitor monitor_;
   bool awaiting_decision_ = false;
-  std::uint32_t weights_version_ = 0;       // lb: the decision version the send weights follow
+  std::uint32_t weights_version_ = 0;       // lb: the decision version the send and receive weights follow
   std::unique_ptr<Aggregator> aggregator_;  // lb.worker_aggregators only
   std::unique_ptr<RangeIntake> intake_;
 };

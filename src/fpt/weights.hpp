@@ -1,0 +1,34 @@
+// The weight tables of FPT's traffic shaping, shared by the send pool (a node's outgoing bytes) and
+// the receive shaper (its incoming bytes), and the one rule both use to turn a table into rates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "core/types.hpp"
+
+namespace pstwin::fpt {
+
+inline constexpr std::uint32_t kMaxWeight = 1'000'000;
+
+using WeightTable = std::map<NodeId, std::uint32_t>;  // peer -> weight; unlisted peers weigh 1
+
+// Checks a table given as `version` when `newest` is the newest already taken (versions must grow):
+// each peer once, weights 1..kMaxWeight. Fills `out`; an error text naming the entry otherwise.
+[[nodiscard]] std::optional<std::string> check_weights(std::uint64_t version, std::uint64_t newest,
+                                                       std::span<const PeerWeight> weights, WeightTable& out);
+
+std::uint32_t weight_of(const WeightTable& table, NodeId peer);
+
+// The rate in bytes/s the traffic with `peer` is held to on a link of `link_rate_Bps`, 0 for none: a
+// peer the table names with less than its heaviest weight gets link rate x weight / sum of the
+// table's weights; the heaviest, unlisted peers, an empty table or no link rate are not limited.
+// Why: a link shares itself equally among its connections (TCP, one flow per connection in the
+// simulator) whatever each has to carry. Capped at their shares, the light connections leave the
+// heavy ones the rest, and the heaviest (unlimited) take up whatever a capped one leaves unused.
+double shaped_rate(double link_rate_Bps, const WeightTable& table, NodeId peer);
+
+}  // namespace pstwin::fpt
