@@ -349,7 +349,8 @@ TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
 // than its share of the link, and TCP's flow control holds the sender to that; the heaviest is not
 // shaped; an empty table lifts it, from a paused connection too. The lower bound on the shaped
 // sender's time is what the token bucket guarantees however loaded the machine (load only slows it).
-TEST(EpollTransport, ReceiveShapingHoldsALighterSenderToItsShare) {
+// With `own_threads` false the hub is driven as the epoll van drives it: poll() on the owner's thread.
+void expect_receive_shaping_holds_a_lighter_sender_to_its_share(bool own_threads) {
   using Clock = std::chrono::steady_clock;
   struct Arrival {
     NodeId sender = kNoNode;
@@ -377,7 +378,13 @@ TEST(EpollTransport, ReceiveShapingHoldsALighterSenderToItsShare) {
   constexpr std::uint64_t kPayload = 64 * 1024;
   EpollTransport::Options options;
   options.pool.link_rate_Bps = kLinkRate;
+  options.own_threads = own_threads;
   EpollTransport hub(1, options, callbacks);
+  std::jthread owner;
+  if (!own_threads)
+    owner = std::jthread([&hub](std::stop_token stop) {
+      while (!stop.stop_requested()) hub.poll(50);
+    });
   Inbox unused;
   EpollTransport heavy(2, EpollTransport::Options{}, unused.callbacks());
   EpollTransport light(3, EpollTransport::Options{}, unused.callbacks());
@@ -427,6 +434,14 @@ TEST(EpollTransport, ReceiveShapingHoldsALighterSenderToItsShare) {
   const auto [unshaped_bytes, unshaped_seconds, unshaped_last] = span_of(3, 2 * kMessages);
   EXPECT_LT(unshaped_seconds, static_cast<double>(unshaped_bytes) / (kLinkRate / 4))
       << "no faster than the shaped rate: shaping was not lifted";
+}
+
+TEST(EpollTransport, ReceiveShapingHoldsALighterSenderToItsShare) {
+  expect_receive_shaping_holds_a_lighter_sender_to_its_share(true);
+}
+
+TEST(EpollTransport, ReceiveShapingWorksWhenTheOwnersThreadPolls) {
+  expect_receive_shaping_holds_a_lighter_sender_to_its_share(false);
 }
 
 TEST(EpollTransport, StopWhileTrafficFlowsJoinsCleanly) {
