@@ -130,12 +130,6 @@ class ThreadExecutor final : public Executor {
               std::function<void()> done) override;
 
  private:
-  struct Task {
-    std::string label;
-    ComputeCost cost;
-    std::function<void()> work;
-    std::function<void()> done;
-  };
   struct Lane {
     std::string name;
     std::mutex mutex;

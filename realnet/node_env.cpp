@@ -173,7 +173,7 @@ NodeEnv parse_node_env(const Env& env) {
   if (const auto* v = find(env, "PSTWIN_NIC_RATE"))
     out.nic_rate_Bps = static_cast<double>(
         integer("PSTWIN_NIC_RATE", *v, 1, std::int64_t{1} << 40,
-                "this node's NIC rate in bytes per second, e.g. 125000000 for 1 Gb/s (unset: no pacing)"));
+                "this node's NIC rate in bytes per second, e.g. 125000000 for 1 Gb/s (unset: no pacing or receive shaping)"));
   return out;
 }
 

@@ -88,12 +88,6 @@ class SimExecutor final : public Executor {
               std::function<void()> done) override;
 
  private:
-  struct Task {
-    std::string label;
-    ComputeCost cost;
-    std::function<void()> work;
-    std::function<void()> done;
-  };
   struct Lane {
     std::string name;
     std::deque<Task> tasks;

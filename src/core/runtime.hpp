@@ -30,6 +30,13 @@ struct ComputeCost {
 // event loop, so protocol state is only touched there (or inside `work` for data the lane owns).
 class Executor {
  public:
+  // One submitted task, as both backends' lanes queue it.
+  struct Task {
+    std::string label;
+    ComputeCost cost;
+    std::function<void()> work;
+    std::function<void()> done;
+  };
   virtual ~Executor() = default;
   virtual int lanes() const = 0;
   virtual void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
