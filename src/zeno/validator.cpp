@@ -272,7 +272,8 @@ void Validator::send_sums(std::uint32_t round, int tag, std::span<const float> s
   for (const auto& partition : workload_.partitions()) {
     Payload payload;
     if (!sum.empty()) {
-      auto buffer = std::make_shared<ByteBuffer>(partition.bytes);
+      auto buffer = std::make_shared<ByteBuffer>(partition.bytes,
+                                                 ByteBuffer::ForOverwrite{});  // fully copied over below
       const auto slice = sum.subspan(element_offset(partition), partition.bytes / sizeof(float));
       std::copy(slice.begin(), slice.end(), buffer->floats().begin());
       payload = Payload::adopt(std::move(buffer));
