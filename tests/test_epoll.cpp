@@ -345,41 +345,105 @@ TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
   EXPECT_EQ(d.pacing_rate(3), kUnpaced);
 }
 
-// Receive-side shaping on real sockets: the receiver reads a lighter sender's connection no faster
-// than its share of the link, and TCP's flow control holds the sender to that; the heaviest is not
-// shaped; an empty table lifts it, from a paused connection too. The lower bound on the shaped
-// sender's time is what the token bucket guarantees however loaded the machine (load only slows it).
-// With `own_threads` false the hub is driven as the epoll van drives it: poll() on the owner's thread.
-void expect_receive_shaping_holds_a_lighter_sender_to_its_share(bool own_threads) {
+// What a transport delivered and when, for the shaping tests: their bounds are lower bounds on the
+// time a rate-limited flow takes, which load on the machine can only make longer.
+class TimedInbox {
+ public:
   using Clock = std::chrono::steady_clock;
   struct Arrival {
     NodeId sender = kNoNode;
     std::uint64_t bytes = 0;
     Clock::time_point at;
   };
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<Arrival> arrivals;
-  const auto wait_for = [&](std::size_t count) {
-    std::unique_lock lock(mutex);
-    changed.wait_for(lock, 30s, [&] { return arrivals.size() >= count; });
-    return arrivals;
+  // A flow's bytes after its first message, the seconds from its first arrival to its last, the last.
+  struct Span {
+    std::uint64_t bytes = 0;
+    double seconds = 0;
+    Clock::time_point last;
   };
-  EpollTransport::Callbacks callbacks{
-      [&](Message m) {
-        std::lock_guard lock(mutex);
-        arrivals.push_back({m.header.sender, kHeaderBytes + m.payload.size(), Clock::now()});
-        changed.notify_all();
-      },
-      {}};
+  EpollTransport::Callbacks callbacks() {
+    return {[this](Message m) {
+              std::lock_guard lock(mutex_);
+              arrivals_.push_back({m.header.sender, kHeaderBytes + m.payload.size(), Clock::now()});
+              changed_.notify_all();
+            },
+            {}};
+  }
+  std::vector<Arrival> wait_for(std::size_t count) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, 30s, [&] { return arrivals_.size() >= count; });
+    return arrivals_;
+  }
+  // Over arrivals [from, end) from `sender` (kNoNode: any).
+  static Span span(const std::vector<Arrival>& arrivals, NodeId sender, std::size_t from = 0) {
+    std::uint64_t bytes = 0, first_bytes = 0;
+    Clock::time_point first{}, last{};
+    for (std::size_t i = from; i < arrivals.size(); ++i) {
+      if (sender != kNoNode && arrivals[i].sender != sender) continue;
+      if (bytes == 0) {
+        first = arrivals[i].at;
+        first_bytes = arrivals[i].bytes;
+      }
+      bytes += arrivals[i].bytes;
+      last = arrivals[i].at;
+    }
+    return {bytes - first_bytes, std::chrono::duration<double>(last - first).count(), last};
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Arrival> arrivals_;
+};
+
+// The pool's pacing on real sockets: with weights 4:1 the light destination's connection is paced
+// by the kernel (SO_MAX_PACING_RATE) at a fifth of the link, the heavy one not at all. Linux's TCP
+// pacing lets a flow run a little over its cap (5.4 MB/s for 5 on this machine's loopback), so the
+// bound allows a quarter more.
+TEST(EpollTransport, PoolPacingHoldsALightDestinationToItsShare) {
+  constexpr double kLinkRate = 8e6;  // bytes/s: the light destination's share (1 of 5) is 1.6 MB/s
+  constexpr int kMessages = 32;
+  constexpr std::uint64_t kPayload = 64 * 1024;
+  EpollTransport::Options paced;
+  paced.pool.link_rate_Bps = kLinkRate;
+  Inbox unused;
+  TimedInbox heavy_in, light_in;
+  EpollTransport sender(2, paced, unused.callbacks());
+  EpollTransport heavy(3, EpollTransport::Options{}, heavy_in.callbacks());
+  EpollTransport light(4, EpollTransport::Options{}, light_in.callbacks());
+  ASSERT_FALSE(sender.set_weights(1, std::vector<PeerWeight>{{3, 4}, {4, 1}}).has_value());
+  ASSERT_FALSE(sender.connect(3, "127.0.0.1", heavy.port()).has_value());
+  ASSERT_FALSE(sender.connect(4, "127.0.0.1", light.port()).has_value());
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_FALSE(sender.send(3, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
+    ASSERT_FALSE(sender.send(4, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
+  }
+  const auto to_heavy = heavy_in.wait_for(kMessages);
+  const auto to_light = light_in.wait_for(kMessages);
+  ASSERT_EQ(to_heavy.size(), static_cast<std::size_t>(kMessages));
+  ASSERT_EQ(to_light.size(), static_cast<std::size_t>(kMessages));
+  // The second half only: the connection's first window may leave before pacing has a rate to go by.
+  const auto light_span = TimedInbox::span(to_light, kNoNode, kMessages / 2);
+  const auto heavy_span = TimedInbox::span(to_heavy, kNoNode);
+  EXPECT_GE(light_span.seconds, static_cast<double>(light_span.bytes) / (1.25 * kLinkRate / 5))
+      << light_span.bytes << " bytes";
+  EXPECT_LT(heavy_span.last, light_span.last) << "the unpaced destination finishes first";
+}
+
+// Receive-side shaping on real sockets: the receiver reads a lighter sender's connection no faster
+// than its share of the link, and TCP's flow control holds the sender to that; the heaviest is not
+// shaped; an empty table lifts it, from a paused connection too. With `own_threads` false the hub is
+// driven as the epoll van drives it: poll() on the owner's thread.
+void expect_receive_shaping_holds_a_lighter_sender_to_its_share(bool own_threads) {
   constexpr double kLinkRate = 8e6;             // bytes/s: the light sender's share (1 of 4) is 2 MB/s
   constexpr std::uint64_t kBurst = 128 * 1024;  // the shaper's bucket depth at this rate
   constexpr int kMessages = 48;
   constexpr std::uint64_t kPayload = 64 * 1024;
+  TimedInbox in;
   EpollTransport::Options options;
   options.pool.link_rate_Bps = kLinkRate;
   options.own_threads = own_threads;
-  EpollTransport hub(1, options, callbacks);
+  EpollTransport hub(1, options, in.callbacks());
   std::jthread owner;
   if (!own_threads)
     owner = std::jthread([&hub](std::stop_token stop) {
@@ -399,29 +463,15 @@ void expect_receive_shaping_holds_a_lighter_sender_to_its_share(bool own_threads
     ASSERT_FALSE(heavy.send(1, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
     ASSERT_FALSE(light.send(1, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
   }
-  auto got = wait_for(2 * kMessages);
+  auto got = in.wait_for(2 * kMessages);
   ASSERT_EQ(got.size(), 2U * kMessages);
-  const auto span_of = [&](NodeId sender, std::size_t from) {
-    std::uint64_t bytes = 0, first_bytes = 0;
-    Clock::time_point first{}, last{};
-    for (std::size_t i = from; i < got.size(); ++i) {
-      if (got[i].sender != sender) continue;
-      if (bytes == 0) {
-        first = got[i].at;
-        first_bytes = got[i].bytes;
-      }
-      bytes += got[i].bytes;
-      last = got[i].at;
-    }
-    return std::tuple{bytes - first_bytes, std::chrono::duration<double>(last - first).count(), last};
-  };
-  const auto [light_bytes, light_seconds, light_last] = span_of(3, 0);
-  const auto [heavy_bytes, heavy_seconds, heavy_last] = span_of(2, 0);
+  const auto light_span = TimedInbox::span(got, 3);
+  const auto heavy_span = TimedInbox::span(got, 2);
   // After its first message the light sender's bytes were read at most at 2 MB/s, plus the bucket's
   // depth and what the read that completed the first message took of the next (at most a burst).
-  EXPECT_GE(light_seconds, (static_cast<double>(light_bytes) - 2.0 * kBurst) / (kLinkRate / 4))
-      << light_bytes << " bytes";
-  EXPECT_LT(heavy_last, light_last) << "the unshaped sender finishes first";
+  EXPECT_GE(light_span.seconds, (static_cast<double>(light_span.bytes) - 2.0 * kBurst) / (kLinkRate / 4))
+      << light_span.bytes << " bytes";
+  EXPECT_LT(heavy_span.last, light_span.last) << "the unshaped sender finishes first";
   for (const auto& m : got) EXPECT_EQ(m.bytes, kHeaderBytes + kPayload);
 
   // Lifted (the load balancer's probe state): the light sender is read as fast as it comes.
@@ -429,10 +479,10 @@ void expect_receive_shaping_holds_a_lighter_sender_to_its_share(bool own_threads
   EXPECT_EQ(hub.receive_rate(3), 0.0);
   for (int i = 0; i < kMessages; ++i)
     ASSERT_FALSE(light.send(1, make(static_cast<std::uint64_t>(i), kPayload)).has_value());
-  got = wait_for(3 * kMessages);
+  got = in.wait_for(3 * kMessages);
   ASSERT_EQ(got.size(), 3U * kMessages);
-  const auto [unshaped_bytes, unshaped_seconds, unshaped_last] = span_of(3, 2 * kMessages);
-  EXPECT_LT(unshaped_seconds, static_cast<double>(unshaped_bytes) / (kLinkRate / 4))
+  const auto unshaped = TimedInbox::span(got, 3, 2 * kMessages);
+  EXPECT_LT(unshaped.seconds, static_cast<double>(unshaped.bytes) / (kLinkRate / 4))
       << "no faster than the shaped rate: shaping was not lifted";
 }
 
