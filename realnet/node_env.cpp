@@ -170,10 +170,13 @@ NodeEnv parse_node_env(const Env& env) {
     if (!van) bad("DMLC_PS_VAN_TYPE", *v, std::string(kVanChoices) + " (the same for every node of the job)");
     out.van = *van;
   }
-  if (const auto* v = find(env, "PSTWIN_NIC_RATE"))
+  if (const auto* v = find(env, "PSTWIN_NIC_RATE"); v != nullptr && *v == "auto")
+    out.nic_rate_auto = true;
+  else if (v != nullptr)
     out.nic_rate_Bps = static_cast<double>(
         integer("PSTWIN_NIC_RATE", *v, 1, std::int64_t{1} << 40,
-                "this node's NIC rate in bytes per second, e.g. 125000000 for 1 Gb/s (unset: no pacing or receive shaping)"));
+                "this node's NIC rate in bytes per second, e.g. 125000000 for 1 Gb/s, or auto (the speed the "
+                "kernel reports for the interface of DMLC_NODE_HOST); unset: no pacing or receive shaping"));
   return out;
 }
 

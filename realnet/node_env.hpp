@@ -42,6 +42,7 @@ struct NodeEnv {
   std::string log_level = "WARNING";  // BYTEPS_LOG_LEVEL, upper-cased
   Van van = Van::kZmq;                // DMLC_PS_VAN_TYPE: zmq or epoll
   double nic_rate_Bps = 0;            // PSTWIN_NIC_RATE (bytes/s): the epoll van paces to shares of it
+  bool nic_rate_auto = false;         // PSTWIN_NIC_RATE=auto: read from the kernel at start (nic_rate.hpp)
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

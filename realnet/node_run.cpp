@@ -20,6 +20,7 @@
 #include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
+#include "realnet/nic_rate.hpp"
 #include "realnet/shm_staging.hpp"
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
@@ -207,12 +208,19 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
 
+  // The scheduler binds the root address, the others DMLC_NODE_HOST: that address's interface.
+  const double nic_rate_Bps =
+      env.nic_rate_auto ? resolve_nic_rate(env.role == Role::kScheduler ? env.root_uri : env.node_host)
+                        : env.nic_rate_Bps;
+  if (env.nic_rate_auto && env.verbose > 0)
+    log("[pstwin] " + label +
+        ": PSTWIN_NIC_RATE=auto: " + std::to_string(static_cast<std::uint64_t>(nic_rate_Bps)) + " bytes/s");
   auto runtime = make_node_runtime(env.van, host,
                                    NodeRuntimeOptions{.label = label,
                                                       .seed = sc.seed,
                                                       .bind = env.bind_address(),
                                                       .linger_ms = 1000,
-                                                      .nic_rate_Bps = env.nic_rate_Bps});
+                                                      .nic_rate_Bps = nic_rate_Bps});
   LoopRuntime& rt = *runtime;
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
   std::unique_ptr<Node> protocol;

@@ -1,10 +1,14 @@
 // parse_node_env: the BytePS/ps-lite environment of `pstwin node`, accepted values, defaults, and
 // error messages that name the variable, the bad value and a fix.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
+#include "realnet/nic_rate.hpp"
 #include "realnet/node_env.hpp"
 #include "scenario/scenario.hpp"
 
@@ -180,6 +184,46 @@ TEST(NodeEnv, NicRateIsBytesPerSecondOrRefusedByName) {
     EXPECT_NE(error.find(std::string("PSTWIN_NIC_RATE=\"") + bad + "\""), std::string::npos) << error;
     EXPECT_NE(error.find("bytes per second"), std::string::npos) << error;
   }
+}
+
+TEST(NodeEnv, NicRateAutoIsReadFromTheInterfaceOfTheNodesAddress) {
+  const auto env = parse_node_env(with(worker_env(), "PSTWIN_NIC_RATE", "auto"));
+  EXPECT_TRUE(env.nic_rate_auto);
+  EXPECT_EQ(env.nic_rate_Bps, 0);  // resolved when the node starts
+  EXPECT_NE(error_of(with(worker_env(), "PSTWIN_NIC_RATE", "AUTO")).find("or auto"), std::string::npos);
+
+  EXPECT_EQ(interface_of("127.0.0.1"), "lo");
+  EXPECT_EQ(interface_of("192.0.2.1"), "");  // TEST-NET-1: no machine holds it
+  EXPECT_EQ(interface_of("not-an-address"), "");
+
+  // A sysfs tree of our own: what the kernel reports for a 10 Gb/s NIC, a down link, and garbage.
+  const auto root = std::filesystem::temp_directory_path() / ("pstwin_sysfs_" + std::to_string(::getpid()));
+  const auto write = [&](const std::string& interface, const std::string& text) {
+    std::filesystem::create_directories(root / interface);
+    std::ofstream(root / interface / "speed") << text;
+  };
+  write("eth0", "10000\n");
+  write("down0", "-1\n");
+  write("odd0", "fast\n");
+  EXPECT_EQ(interface_speed_Bps(root, "eth0"), 1.25e9);
+  EXPECT_FALSE(interface_speed_Bps(root, "down0").has_value());
+  EXPECT_FALSE(interface_speed_Bps(root, "odd0").has_value());
+  EXPECT_FALSE(interface_speed_Bps(root, "missing0").has_value());
+  // Loopback reports no speed (the real /sys/class/net/lo/speed cannot be read): a clear error.
+  try {
+    resolve_nic_rate("127.0.0.1");
+    ADD_FAILURE() << "loopback has no speed";
+  } catch (const NodeEnvError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("PSTWIN_NIC_RATE=auto: interface lo (127.0.0.1) reports no link speed"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("bytes per second instead"), std::string::npos) << text;
+  }
+  EXPECT_THROW(resolve_nic_rate("192.0.2.1"), NodeEnvError);
+  write("lo", "1000\n");  // the same lookup against our tree: 1 Gb/s
+  EXPECT_EQ(resolve_nic_rate("127.0.0.1", root), 125e6);
+  std::filesystem::remove_all(root);
 }
 
 TEST(NodeEnv, ErrorsAreScenarioErrors) {
