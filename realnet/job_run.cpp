@@ -200,10 +200,16 @@ std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<Node
 // the scenario's network.bandwidth_factor, or else what tbf lets through as TCP payload: it counts
 // Ethernet frames, 1448 B of payload (MSS with timestamps) per 1514 B frame. Latency: the scenario's
 // (netns does not emulate it; it adds microseconds). No cross-traffic term: the factor covers ACKs.
+// What of a tbf-shaped link's rate carries payload: network.bandwidth_factor, or 1448 B of TCP payload
+// per 1514 B Ethernet frame where unset.
+double shaped_payload_factor(const Scenario& sc) {
+  constexpr double kTcpPayloadPerFrame = 1448.0 / 1514.0;
+  return sc.network.bandwidth_factor > 0 ? sc.network.bandwidth_factor : kTcpPayloadPerFrame;
+}
+
 std::optional<Bound> shaped_bound(const Scenario& sc, const RunReport& report) {
   if (sc.workload.kind == WorkloadKind::kMlp) return std::nullopt;  // compute is FLOPs, not workload.compute
-  constexpr double kTcpPayloadPerFrame = 1448.0 / 1514.0;
-  const double factor = sc.network.bandwidth_factor > 0 ? sc.network.bandwidth_factor : kTcpPayloadPerFrame;
+  const double factor = shaped_payload_factor(sc);
   const SyntheticWorkload workload(sc);
   const bool balanced = sc.lb.balancing == Balancing::kLb;
   auto bound =
@@ -458,8 +464,11 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
                  {"DMLC_WORKER_TYPE=validator", "DMLC_VALIDATOR_ID=" + std::to_string(spec.validator_id)});
     if (cluster) {
       env.push_back("DMLC_NODE_HOST=" + cluster->host(spec.host).address);
-      // The host's shaped rate: the epoll van's pool paces its connections to shares of it.
-      env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(sc.host_link(spec.host).bandwidth_Bps)));
+      // The payload rate of the host's shaped link: the epoll van paces (and shapes received)
+      // connections to shares of it. The nominal rate, which counts frame headers and the reverse
+      // ACKs too, gave each light connection ~6 % over its share, taken from the heaviest one.
+      const double payload_Bps = sc.host_link(spec.host).bandwidth_Bps * shaped_payload_factor(sc);
+      env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(payload_Bps)));
     }
     std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
                                   (dir / (spec.name + ".json")).string()};

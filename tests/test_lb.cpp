@@ -420,6 +420,30 @@ TEST(LbAggregators, HeterogeneousScenarioWithinFivePercentOfTheOptimum) {
   EXPECT_GT(r["invariants"]["by_invariant"]["routing"]["checked"].get<int>(), 0);
 }
 
+TEST(LbAggregators, NamespaceScaleScenarioWithinTenPercentOfTheOptimum) {
+  // lb_hetero_agg_netns in the simulator (1 MB, 8 KB partitions, the pool pacing on the flow model).
+  // A worker's send weights add one partition to every destination's bytes, so each push stream ends
+  // a partition's time before the aggregator's last replies must; with the bytes alone every stream
+  // ended with the worker's uplink and the 6.25 Mb/s server's replies trailed by 8 x 8 KB at its rate:
+  // +33 % (docs/FPT.md "Namespace clusters").
+  const auto r = sim("lb-hetero-agg-netns", "scenarios/lb_hetero_agg_netns.toml");
+  const double bound = r["bound"]["time_s"], achieved = r["bound"]["achieved_s"];
+  EXPECT_GE(achieved, bound) << "a lower bound was beaten: the bound or the model is wrong";
+  EXPECT_LE(achieved, 1.10 * bound);
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+  EXPECT_GT(r["invariants"]["by_invariant"]["routing"]["checked"].get<int>(), 0);
+  // The balanced split gives the worker aggregators about half the model (optimal_split: 52 %).
+  const auto& last = r["balancing"]["decisions"].back();
+  ASSERT_FALSE(last["probe"].get<bool>());
+  double workers = 0, total = 0;
+  const auto& bytes = last["bytes_per_server"];
+  for (std::size_t slot = 0; slot < bytes.size(); ++slot) {
+    total += bytes[slot].get<double>();
+    if (slot >= 4) workers += bytes[slot].get<double>();
+  }
+  EXPECT_NEAR(workers / total, 0.52, 0.05);
+}
+
 TEST(LbAggregators, SendPoolInTheSimulatorKeepsEveryAggregateAndTheModel) {
   // sim.send_pool_slots: every node sends through FPT's pool (DRR weights from the decisions), one
   // bulk message per connection and two per node at a time, under lb_switch's jitter and switches.

@@ -371,6 +371,12 @@ void Worker::follow_decision_weights(const LbDecision& decision) {
     for (int w = 0; w < scenario_.roles.workers; ++w)
       if (worker_id(w) != rt_.self()) bytes[worker_id(w)] += wire;
   }
+  // An aggregator answers a key only once every worker's push of it is in, so its last replies follow
+  // our last push by about one partition at our connection's rate: one partition more per connection
+  // finishes each push stream that much before the replies must (a slow server's tail, docs/FPT.md).
+  std::uint64_t largest = 0;
+  for (const auto& partition : partitions) largest = std::max(largest, partition.bytes + kHeaderBytes);
+  for (auto& [node, b] : bytes) b += static_cast<double>(largest);
   const auto weights = weights_from_bytes(bytes);
   rt_.set_send_weights(decision.version, weights);
   rt_.set_receive_weights(decision.version, weights);

@@ -200,10 +200,10 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
   else
     why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)"
         << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "")
-        << ") + 4*lf*L (the best split of the model over the servers: shares proportional to bandwidth); n="
-        << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
-        << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency
-        << " s";
+        << ") + 4*lf*L (the best split of the model over the servers: shares proportional to bandwidth); n=";
+  // The symbols' values, for both forms (the aggregator one used to end at "n=").
+  why << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
+      << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency << " s";
   result.formula = why.str();
   return result;
 }
