@@ -266,6 +266,30 @@ TEST(Zeno, EqualScoresKeepTheLowerWorkerIndexAndNonFiniteGoesFirst) {
             std::string::npos);
 }
 
+// rho's sign decides which norm wins when the loss cannot tell candidates apart (ALIE's copies are
+// shorter than honest updates, ROBUSTNESS.md): rho > 0 keeps the short ones, rho < 0 the long ones.
+TEST(Zeno, RhoSignDecidesBetweenShortAndLongUpdatesOfEqualLoss) {
+  const auto flat = [](std::span<const float>) { return 1.0; };  // f_r the same everywhere
+  const Vec x(4, 0.0f);
+  const std::vector<Vec> candidates = {Vec(4, 2.0f), Vec(4, 0.5f), Vec(4, 3.0f), Vec(4, 1.0f)};
+  const Aggregate shorter =
+      zeno(spans(candidates), x, flat, ZenoConfig{.gamma = 0.1, .rho = 0.01, .drop = 2});
+  const Aggregate longer =
+      zeno(spans(candidates), x, flat, ZenoConfig{.gamma = 0.1, .rho = -0.01, .drop = 2});
+  for (const std::size_t c : {1u, 3u}) {
+    EXPECT_TRUE(shorter.decisions[c].accepted) << c;
+    EXPECT_FALSE(longer.decisions[c].accepted) << c;
+  }
+  for (const std::size_t c : {0u, 2u}) {
+    EXPECT_FALSE(shorter.decisions[c].accepted) << c;
+    EXPECT_TRUE(longer.decisions[c].accepted) << c;
+  }
+  EXPECT_DOUBLE_EQ(longer.decisions[2].score, 0.01 * 36.0);  // -rho ||u||^2 with ||u||^2 = 4 x 9
+  const std::string error = error_of(
+      [&] { zeno(spans(candidates), x, flat, ZenoConfig{.rho = std::numeric_limits<double>::quiet_NaN()}); });
+  EXPECT_NE(error.find("zeno.rho"), std::string::npos) << error;
+}
+
 // On the real model: a validator batch of Fashion-MNIST scores the honest gradient above its sign flip
 // and above a gradient of flipped labels.
 TEST(Zeno, RealMlpScoresHonestAboveSignFlipAndLabelFlip) {

@@ -874,8 +874,9 @@ std::vector<Field> make_registry() {
                          "centered-clipping: iterations L."));
   f.push_back(make_field("zeno.gamma", PSTWIN_MEMBER(zeno.gamma), RealCodec{0},
                          "zeno and zeno++: gamma, the trial step (learning-rate units)."));
-  f.push_back(make_field("zeno.rho", PSTWIN_MEMBER(zeno.rho), RealCodec{0},
-                         "zeno: rho, loss per squared update norm."));
+  f.push_back(make_field("zeno.rho", PSTWIN_MEMBER(zeno.rho), RealCodec{-1},
+                         "zeno: rho, loss per squared update norm; negative values favour longer updates "
+                         "(measured in docs/ROBUSTNESS.md)."));
   f.push_back(make_field("zeno.drop", PSTWIN_MEMBER(zeno.drop), IntCodec{0},
                          "zeno: b, the lowest-scored candidates dropped per validator."));
   f.push_back(make_field("zeno.zenops_rho", PSTWIN_MEMBER(zeno.zenops_rho), RealCodec{-1},

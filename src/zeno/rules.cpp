@@ -272,7 +272,8 @@ void validate(const RuleConfig& config) {
     case RuleKind::kZeno: {
       const ZenoConfig& c = config.zeno;
       require_field(std::isfinite(c.gamma) && c.gamma > 0, "zeno.gamma", c.gamma, "use a finite step > 0");
-      require_field(std::isfinite(c.rho) && c.rho >= 0, "zeno.rho", c.rho, "use a finite value >= 0");
+      require_field(std::isfinite(c.rho), "zeno.rho", c.rho,
+                    "use a finite value (> 0 favours short updates, < 0 long ones)");
       return;
     }
     case RuleKind::kZenoPs: {

@@ -92,7 +92,7 @@ struct CenteredClippingConfig {
 
 struct ZenoConfig {
   double gamma = 0.1;    // step of the trial update x - gamma u (the server's learning rate)
-  double rho = 0.0005;   // loss units per squared update norm (>= 0)
+  double rho = 0.0005;   // loss units per squared update norm (< 0: favours long updates)
   std::size_t drop = 1;  // b: lowest scores dropped, < number of candidates
 };
 
