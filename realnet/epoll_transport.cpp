@@ -192,6 +192,7 @@ void EpollTransport::stop() {
   out_by_fd_.clear();
   out_.clear();  // closes every outgoing socket
   in_.clear();   // and every accepted one
+  paused_ = 0;
 }
 
 void EpollTransport::report(const std::string& peer, const std::string& field, const std::string& detail) {
@@ -496,7 +497,7 @@ void EpollTransport::poll(int timeout_ms) {
     } else if (fd != listen_fd_.get() && !in_.contains(fd)) {
       on_writable(fd);  // one of our blocked connections (writable, or in error)
     } else {
-      on_readable(fd);
+      on_readable(fd, (event.events & (EPOLLHUP | EPOLLERR)) != 0);
     }
   }
 }
@@ -627,9 +628,11 @@ bool EpollTransport::consume(InConnection& c, std::span<const std::byte> bytes) 
   return true;
 }
 
-bool EpollTransport::read_some(InConnection& c) {
+bool EpollTransport::read_some(InConnection& c, bool hung_up) {
   std::uint64_t budget = options_.read_budget;
-  if (c.bucket) {
+  // A peer that hung up is read to the end whatever its tokens: epoll reports EPOLLHUP even while
+  // the socket is paused, and only reading finds out how the frame in progress ended.
+  if (c.bucket && !hung_up) {
     // Shaped: read what the tokens allow, and sleep once fewer than half a burst is left.
     c.bucket->refill(seconds_now());
     if (c.bucket->available() < c.bucket->depth() / 2) {
@@ -705,6 +708,7 @@ void EpollTransport::shape(InConnection& c) {
 }
 
 void EpollTransport::pause(InConnection& c) {
+  if (c.paused_until <= 0) ++paused_;
   epoll_event event{};
   event.events = 0;  // EPOLLERR and EPOLLHUP still come; the rest waits for resume_due()
   event.data.fd = c.fd.get();
@@ -713,10 +717,12 @@ void EpollTransport::pause(InConnection& c) {
 }
 
 void EpollTransport::resume_due() {
+  if (paused_ == 0) return;  // the common case: nothing shaped, nothing to scan
   const double now = seconds_now();
   for (auto& [fd, c] : in_) {
     if (c->paused_until <= 0 || c->paused_until > now) continue;
     c->paused_until = 0;
+    --paused_;
     epoll_event event{};
     event.events = EPOLLIN | EPOLLRDHUP;
     event.data.fd = fd;
@@ -725,6 +731,7 @@ void EpollTransport::resume_due() {
 }
 
 int EpollTransport::shaped_timeout(int timeout_ms) const {
+  if (paused_ == 0) return timeout_ms;
   double earliest = 0;
   for (const auto& [fd, c] : in_)
     if (c->paused_until > 0 && (earliest == 0 || c->paused_until < earliest)) earliest = c->paused_until;
@@ -744,22 +751,23 @@ void EpollTransport::receive_loop() {
       return;
     }
     for (int i = 0; i < ready; ++i) {
-      const int fd = events[static_cast<std::size_t>(i)].data.fd;
-      if (fd == stop_fd_.get()) return;
-      on_readable(fd);
+      const auto& event = events[static_cast<std::size_t>(i)];
+      if (event.data.fd == stop_fd_.get()) return;
+      on_readable(event.data.fd, (event.events & (EPOLLHUP | EPOLLERR)) != 0);
     }
   }
 }
 
-void EpollTransport::on_readable(int fd) {
+void EpollTransport::on_readable(int fd, bool hung_up) {
   if (fd == listen_fd_.get()) {
     accept_all();
     return;
   }
   const auto it = in_.find(fd);
   if (it == in_.end()) return;
-  if (!read_some(*it->second)) {
+  if (!read_some(*it->second, hung_up)) {
     epoll_ctl(receive_epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    if (it->second->paused_until > 0) --paused_;
     in_.erase(it);  // closes it
   }
 }

@@ -149,14 +149,14 @@ class EpollTransport {
   // nothing (empty, or every destination with messages blocked).
   bool send_batch();
   void on_writable(int fd);
-  void on_readable(int fd);
+  void on_readable(int fd, bool hung_up = false);  // hung_up: EPOLLHUP or EPOLLERR came with it
   int out_epoll() const { return options_.own_threads ? send_epoll_.get() : receive_epoll_.get(); }
   bool idle() const;
   void apply_pacing(OutConnection& connection);  // mutex_ held
   bool flush(OutConnection& connection);         // false: the connection failed (already reported)
   void fail_out(OutConnection& connection, const std::string& detail);
   void accept_all();
-  bool read_some(InConnection& connection);  // false: closed (reported if mid-frame or bad)
+  bool read_some(InConnection& connection, bool hung_up);  // false: closed (reported if mid-frame or bad)
   bool consume(InConnection& connection, std::span<const std::byte> bytes);
   bool finish_header(InConnection& connection);
   // `count` more payload bytes are in place after body_have: counted and checksummed while the
@@ -197,6 +197,7 @@ class EpollTransport {
   fpt::ReceiveShaper receive_shaper_;
   std::atomic<std::uint64_t> shaping_version_{0};  // the receive side compares it with the version it took up
   std::uint64_t shaping_taken_ = 0;                // receive side only
+  std::size_t paused_ = 0;                         // receive side only: connections with paused_until > 0
 
   std::jthread send_thread_;
   std::jthread receive_thread_;
