@@ -28,6 +28,7 @@
 #include "ps/workload.hpp"
 #include "realnet/link_sampler.hpp"
 #include "realnet/netns_cluster.hpp"
+#include "realnet/shm_staging.hpp"
 #include "report/run_recorder.hpp"
 
 extern char** environ;
@@ -415,8 +416,16 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   // The port also names this job's shared-memory staging objects, so it is picked on this host even
   // when the nodes run in namespaces of their own.
   const int port = free_port();
+  // Each node unlinks the staging objects it created when it exits; one that was killed cannot. The
+  // job's objects share its prefix (realnet/node_run.cpp), so they go with the job, after every child
+  // is reaped (`children` below is destroyed first).
+  struct StagingSweep {
+    std::string prefix;
+    ~StagingSweep() { ShmStaging::unlink_all(prefix); }
+  } const staging_sweep{"pstwin_" + std::to_string(port) + "_"};
   std::optional<NetnsCluster> cluster;
-  if (options.netns) cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log);
+  if (options.netns)
+    cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log, staging_sweep.prefix);
   // Every link's kernel counters through the run, for its utilisation over the push/pull phase.
   std::optional<LinkSampler> sampler;
   if (cluster) {

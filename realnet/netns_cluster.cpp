@@ -163,7 +163,7 @@ std::string NetnsCluster::unavailable_reason() {
 }
 
 NetnsCluster::NetnsCluster(const Scenario& sc, std::string prefix,
-                           std::function<void(const std::string&)> log)
+                           std::function<void(const std::string&)> log, std::string staging_prefix)
     : prefix_(std::move(prefix)), log_(std::move(log)) {
   if (const std::string why = unavailable_reason(); !why.empty())
     throw NetnsError("--netns: cannot make network namespaces here: " + why);
@@ -174,8 +174,9 @@ NetnsCluster::NetnsCluster(const Scenario& sc, std::string prefix,
   const std::string script =
       "trap '' INT TERM HUP; cat >/dev/null; "
       "for ns in $(ip netns list | cut -d' ' -f1); do case \"$ns\" in \"$1\"*) ip netns del \"$ns\";; esac; "
-      "done";
-  std::vector<std::string> text{"/bin/sh", "-c", script, "pstwin-netns-reaper", prefix_};
+      "done; if [ -n \"$2\" ]; then rm -f \"/dev/shm/$2\"*; fi";
+  std::vector<std::string> text{
+      "/bin/sh", "-c", script, "pstwin-netns-reaper", prefix_, std::move(staging_prefix)};
   std::vector<char*> argv;
   for (auto& a : text) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -42,9 +42,11 @@ class NetnsCluster {
   // Names of the existing namespaces starting with `prefix`.
   static std::vector<std::string> namespaces_with_prefix(const std::string& prefix);
 
-  // Creates the cluster; throws NetnsError (after removing what it made) if a step fails.
-  NetnsCluster(const Scenario& scenario, std::string prefix,
-               std::function<void(const std::string&)> log = {});
+  // Creates the cluster; throws NetnsError (after removing what it made) if a step fails. When this
+  // process ends, however it ends, a reaper deletes the namespaces and the shared-memory objects
+  // named `staging_prefix`* (the job's staging: nodes killed with the launcher cannot unlink theirs).
+  NetnsCluster(const Scenario& scenario, std::string prefix, std::function<void(const std::string&)> log = {},
+               std::string staging_prefix = "");
   ~NetnsCluster();
   NetnsCluster(const NetnsCluster&) = delete;
   NetnsCluster& operator=(const NetnsCluster&) = delete;

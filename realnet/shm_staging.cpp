@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace pstwin::realnet {
@@ -38,6 +39,17 @@ std::string ShmStaging::object_name(std::string_view name) const {
   std::string out = "/" + prefix_;
   for (const char c : name) out += c == '/' ? '_' : c;  // shm names allow no further '/'
   return out;
+}
+
+std::size_t ShmStaging::unlink_all(std::string_view prefix) {
+  std::size_t count = 0;
+  std::error_code error;
+  // Linux keeps POSIX shared-memory objects as files in /dev/shm, named without the leading '/'.
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(prefix) && ::shm_unlink(("/" + name).c_str()) == 0) ++count;
+  }
+  return count;
 }
 
 std::size_t ShmStaging::created() const {

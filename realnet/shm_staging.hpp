@@ -27,6 +27,9 @@ class ShmStaging final : public StagingArea {
   // The shared-memory object name ("/<prefix><name>", '/' in `name` replaced) used for `name`.
   std::string object_name(std::string_view name) const;
   std::size_t created() const;  // how many objects this process created (and will unlink)
+  // Unlinks every object whose name starts with `prefix` (a job's, once all its nodes are gone: a
+  // node that was killed could not unlink its own). Returns how many.
+  static std::size_t unlink_all(std::string_view prefix);
 
  private:
   std::string prefix_;

@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "realnet/netns_cluster.hpp"
 #include "scenario/scenario.hpp"
@@ -141,6 +145,13 @@ TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
     }
     ASSERT_TRUE(std::regex_search(output, worker, started)) << output;
     EXPECT_EQ(NetnsCluster::namespaces_with_prefix(prefix).size(), 8u) << output;  // 7 hosts + switch
+    // The job's staging objects are named by its scheduler port (realnet/node_run.cpp).
+    std::ifstream environ_file("/proc/" + worker[1].str() + "/environ");
+    std::string variables((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+    const std::regex port_variable(std::string("DMLC_PS_ROOT_PORT=(\\d+)"));
+    std::smatch port;
+    ASSERT_TRUE(std::regex_search(variables, port, port_variable));
+    const std::string staging = "pstwin_" + port[1].str() + "_";
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     if (kill_launcher) {
       ::kill(run.pid(), SIGKILL);  // no destructor runs: the reaper must clean up
@@ -153,6 +164,17 @@ TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
     const auto left = left_after(prefix, std::chrono::seconds(30));
     EXPECT_TRUE(left.empty()) << (kill_launcher ? "SIGKILLed launcher" : "failed node") << " left "
                               << joined(left);
+    std::vector<std::string> objects;
+    // The reaper removes them after the namespaces: wait for it as left_after() does.
+    for (const auto until = Clock::now() + std::chrono::seconds(10);;) {
+      objects.clear();
+      for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+        if (entry.path().filename().string().starts_with(staging)) objects.push_back(entry.path().filename());
+      if (objects.empty() || Clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(objects.empty()) << (kill_launcher ? "SIGKILLed launcher" : "failed node") << " left "
+                                 << objects.size() << " staging objects, e.g. " << objects.front();
   }
 }
 
