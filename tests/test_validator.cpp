@@ -91,6 +91,32 @@ TEST(Validator, TagsRefuseDuplicatedCandidatesAndKeepRoundsAligned) {
   EXPECT_EQ(dup["model_digest"], clean["model_digest"]);
 }
 
+TEST(Validator, ValidationOnlyTrainsOnTheValidatorsDataAndIgnoresEveryWorker) {
+  // ZenoPS's "validation only" baseline: the servers apply the validator's own update v alone. The
+  // workers still push (and are judged: every one dropped), but no push can move the model, so an
+  // attack changes nothing: the model is byte-identical with and without one.
+  const std::string rule = " --set zeno.rule=validation-only";
+  const auto clean = sim("zeno-v-valonly", rule + " --set attack.kind=none");
+  const auto attacked = sim("zeno-v-valonly-flip", rule + " --set attack.kind=sign-flip");
+  for (const auto* r : {&clean, &attacked}) {
+    ASSERT_TRUE((*r)["completed"].get<bool>()) << (*r)["failure"];
+    EXPECT_EQ((*r)["invariants"]["violation_count"], 0) << (*r)["invariants"].dump();
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(judged_accepted(*r, w), std::make_pair(40, 0)) << "worker " << w;
+  }
+  EXPECT_EQ(attacked["model_digest"], clean["model_digest"]);
+  EXPECT_EQ(attacked["accuracy"], clean["accuracy"]);
+  // It learns from the validator's 1000 images (well above chance, 0.1).
+  EXPECT_GT(clean["accuracy"]["final"].get<double>(), 0.5) << clean["accuracy"].dump();
+  // ... and differs from training on the workers' data.
+  const auto zenops = sim("zeno-v-valonly-zenops", " --set attack.kind=none");
+  EXPECT_NE(zenops["model_digest"], clean["model_digest"]);
+  // A sync baseline: async validators judge pushes one by one, so the run is refused up front.
+  const auto async = run_pstwin("sim scenarios/zeno_sync_1v.toml -q --set ps.mode=async" + rule);
+  EXPECT_EQ(async.exit_code, 2) << async.output;
+  EXPECT_NE(async.output.find("validation-only"), std::string::npos) << async.output;
+  EXPECT_NE(async.output.find("ps.mode = \"sync\""), std::string::npos) << async.output;
+}
+
 TEST(Validator, TwoValidatorsSplitTheWorkersByRank) {
   const auto r = sim("zeno-v-two", " --set roles.validators=2 --set attack.byzantine=[1]");
   ASSERT_TRUE(r["completed"].get<bool>()) << r["failure"];

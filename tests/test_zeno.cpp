@@ -85,7 +85,7 @@ bool same_bytes(const Vec& a, const Vec& b) {
 TEST(ZenoNames, EveryRuleAndAttackParsesBackAndUnknownNamesListTheChoices) {
   for (const RuleInfo& info : rule_infos()) EXPECT_EQ(parse_rule(info.name), info.kind) << info.name;
   for (const AttackInfo& info : attack_infos()) EXPECT_EQ(parse_attack(info.name), info.kind) << info.name;
-  EXPECT_EQ(rule_infos().size(), 9u);
+  EXPECT_EQ(rule_infos().size(), 10u);
   EXPECT_EQ(attack_infos().size(), 9u);
 
   const std::string rule_error = error_of([] { parse_rule("krumm"); });
@@ -382,6 +382,48 @@ TEST(ZenoPlusPlus, ClipNeverEnlargesAndReversedRejectionIsOptIn) {
   // -0.4 * |cos| * (g rescaled to ||v||) = -0.4 * (-3, -4)
   EXPECT_FLOAT_EQ(reversed.value[0], 1.2f);
   EXPECT_FLOAT_EQ(reversed.value[1], 1.6f);
+}
+
+TEST(ZenoPlusPlus, ClipFactorBoundsLongUpdatesAndLeavesShorterOnesAlone) {
+  const Vec v = {3.0f, 4.0f};  // ||v|| = 5
+  const ZenoPlusPlusConfig twice{.epsilon = 1e3, .scaling = ZenoPlusPlusScaling::kClip, .clip_factor = 2.0};
+  // ||g|| = 50: shortened to 2 ||v|| = 10.
+  const Aggregate long_one = zeno_plus_plus(spans({{30.0f, 40.0f}}), v, twice);
+  ASSERT_TRUE(long_one.decisions[0].accepted);
+  EXPECT_FLOAT_EQ(long_one.value[0], 6.0f);
+  EXPECT_FLOAT_EQ(long_one.value[1], 8.0f);
+  EXPECT_DOUBLE_EQ(long_one.decisions[0].weight, 0.2);
+  // ||g|| = 7.5 is under 2 ||v||: applied as sent (factor 1 would have cut it to 5).
+  const Aggregate under = zeno_plus_plus(spans({{4.5f, 6.0f}}), v, twice);
+  EXPECT_FLOAT_EQ(under.value[0], 4.5f);
+  const Aggregate at_one =
+      zeno_plus_plus(spans({{4.5f, 6.0f}}), v, {.epsilon = 1e3, .scaling = ZenoPlusPlusScaling::kClip});
+  EXPECT_FLOAT_EQ(at_one.value[0], 3.0f);
+  // The test is scored on the clipped g: a long flipped update fails it at the clipped length.
+  const ZenoPlusPlusConfig strict{
+      .rho = 0.001, .epsilon = 0.0, .scaling = ZenoPlusPlusScaling::kClip, .clip_factor = 2.0};
+  EXPECT_FALSE(zeno_plus_plus(spans({{-30.0f, -40.0f}}), v, strict).decisions[0].accepted);
+  RuleConfig bad_factor{.kind = RuleKind::kZenoPlusPlus};
+  bad_factor.zenopp.clip_factor = 0;
+  const std::string error = error_of([&] { validate(bad_factor); });
+  EXPECT_NE(error.find("zenopp.clip_factor = 0"), std::string::npos) << error;
+}
+
+TEST(ValidationOnly, AppliesTheReferenceAloneAndDropsEveryCandidate) {
+  const Vec v = {1.0f, -2.0f, 0.5f};
+  const std::vector<Vec> candidates = {
+      {2.0f, -4.0f, 1.0f}, {-1.0f, 2.0f, -0.5f}, {std::numeric_limits<float>::infinity(), 0.0f, 0.0f}};
+  const Aggregate result = aggregate({.kind = RuleKind::kValidationOnly},
+                                     RuleInputs{.candidates = spans(candidates), .reference = v});
+  EXPECT_EQ(result.value, v);
+  EXPECT_EQ(result.accepted(), 0u);
+  EXPECT_EQ(result.decisions[0].verdict, Verdict::kDropped);
+  EXPECT_DOUBLE_EQ(result.decisions[0].score, 2.0);  // <u,v> / ||v||^2
+  EXPECT_DOUBLE_EQ(result.decisions[1].score, -1.0);
+  EXPECT_EQ(result.decisions[2].verdict, Verdict::kNonFinite);
+  for (const Decision& d : result.decisions) EXPECT_EQ(d.weight, 0.0);
+  // It needs v; without one the error says so.
+  EXPECT_NE(error_of([&] { validation_only(spans(candidates), {}); }).find("reference"), std::string::npos);
 }
 
 // ---------------------------------------------------------------- baselines

@@ -858,9 +858,11 @@ std::vector<Field> make_registry() {
                          "momentum buffer; servers apply plain SGD to the mean. Same model undefended, "
                          "smaller honest variance for attacks to hide in (ALIE; docs/ZENO.md)."));
   // [zeno] and [attack]: issue 4 (docs/ZENO.md, docs/ROBUSTNESS.md)
-  f.push_back(make_field("zeno.rule", PSTWIN_MEMBER(zeno.rule), StringCodec{},
-                         "Aggregation rule: mean, median, trimmed-mean, krum, multi-krum, centered-clipping, "
-                         "zeno, zenops, zeno++ (docs/ZENO.md). zeno, zenops and zeno++ need validators."));
+  f.push_back(make_field(
+      "zeno.rule", PSTWIN_MEMBER(zeno.rule), StringCodec{},
+      "Aggregation rule: mean, median, trimmed-mean, krum, multi-krum, centered-clipping, "
+      "zeno, zenops, zeno++, validation-only (docs/ZENO.md). zeno, zenops, zeno++ and validation-only "
+      "need validators."));
   f.push_back(make_field("zeno.trim", PSTWIN_MEMBER(zeno.trim), IntCodec{0},
                          "trimmed-mean: values dropped at each end of every coordinate."));
   f.push_back(make_field("zeno.krum_byzantine", PSTWIN_MEMBER(zeno.krum_byzantine), IntCodec{0},
@@ -895,6 +897,9 @@ std::vector<Field> make_registry() {
                          "zeno++: epsilon (squared gradient, summed over elements)."));
   f.push_back(make_field("zeno.scaling", PSTWIN_MEMBER(zeno.scaling), ChoiceCodec{kZenoScalings},
                          "zeno++: candidate scaled to ||v||: `rescale` always, `clip` only down, `none`."));
+  f.push_back(make_field("zeno.clip_factor", PSTWIN_MEMBER(zeno.clip_factor), RealCodec{0},
+                         "zeno++ with scaling = clip: g is shortened to at most clip_factor x ||v|| (1: to "
+                         "||v||; larger leaves honest lengths alone and still bounds an accepted outlier)."));
   f.push_back(make_field("zeno.reverse_rejected", PSTWIN_MEMBER(zeno.reverse_rejected), BoolCodec{},
                          "zeno++: apply a rejected update reversed and scaled (ZenoPS's behaviour)."));
   f.push_back(make_field("zeno.refresh_every", PSTWIN_MEMBER(zeno.refresh_every), IntCodec{1},

@@ -124,6 +124,7 @@ struct ZenoScenarioConfig {
   double zenopp_rho = 0.001;
   double epsilon = 0.1;
   std::string scaling = "rescale";
+  double clip_factor = 1.0;  // zeno++ clip: g shortened to at most clip_factor ||v||
   bool reverse_rejected = false;
   int refresh_every = 1;  // Zeno++ k: a fresh reference every k judged updates
   int validator_batch = 64;

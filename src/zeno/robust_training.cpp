@@ -13,7 +13,8 @@ namespace pstwin::zeno {
 namespace {
 
 bool needs_validator(RuleKind kind) {
-  return kind == RuleKind::kZeno || kind == RuleKind::kZenoPs || kind == RuleKind::kZenoPlusPlus;
+  return kind == RuleKind::kZeno || kind == RuleKind::kZenoPs || kind == RuleKind::kZenoPlusPlus ||
+         kind == RuleKind::kValidationOnly;
 }
 
 // An attacker: its honest step, then (in the rounds it attacks) the attack in place of the gradient.
@@ -133,6 +134,7 @@ RuleConfig rule_config(const Scenario& sc) {
   c.zenopp.rho = z.zenopp_rho;
   c.zenopp.epsilon = z.epsilon;
   c.zenopp.reverse_rejected = z.reverse_rejected;
+  c.zenopp.clip_factor = z.clip_factor;
   try {
     validate(c);
   } catch (const std::invalid_argument& e) {
@@ -150,7 +152,8 @@ RuleConfig rule_config(const Scenario& sc) {
   if (validators > 0 && async && c.kind != RuleKind::kZenoPlusPlus && c.kind != RuleKind::kZenoPs &&
       c.kind != RuleKind::kMean)
     bad("zeno.rule", "\"" + z.rule + "\"",
-        "async validators judge each update alone: use zeno++, zenops or mean");
+        "async validators judge each update alone: use zeno++, zenops or mean (validation-only is a "
+        "baseline of sync rounds: set ps.mode = \"sync\")");
   // Per-validator candidate counts: the workers of rank % validators == v.
   const int per_validator = validators > 0 ? sc.roles.workers / validators : sc.roles.workers;
   if (c.kind == RuleKind::kZeno && !async && static_cast<int>(c.zeno.drop) >= per_validator)

@@ -30,6 +30,8 @@ constexpr std::array kRules = {
              "accept <u,v> > rho ||v||^2 and ||u||^2 < c ||v||^2; score <u,v>/||v||^2"},
     RuleInfo{RuleKind::kZenoPlusPlus, "zeno++",
              "accept gamma <v,g> - rho ||g||^2 >= -gamma eps after scaling g; score = left minus right side"},
+    RuleInfo{RuleKind::kValidationOnly, "validation-only",
+             "baseline: the validator's own update v, every candidate dropped; score <u,v>/||v||^2"},
 };
 
 constexpr std::array<Named<Verdict>, 6> kVerdicts = {{{Verdict::kAccepted, "accepted"},
@@ -291,10 +293,14 @@ void validate(const RuleConfig& config) {
       require_field(std::isfinite(c.rho) && c.rho >= 0, "zenopp.rho", c.rho, "use a finite value >= 0");
       require_field(std::isfinite(c.epsilon) && c.epsilon >= 0, "zenopp.epsilon", c.epsilon,
                     "use a finite value >= 0");
+      require_field(std::isfinite(c.clip_factor) && c.clip_factor > 0, "zenopp.clip_factor", c.clip_factor,
+                    "use a finite factor > 0 (1: clip to ||v||)");
       require_field(!c.reverse_rejected || (c.reverse_scale > 0 && c.reverse_scale <= 1),
                     "zenopp.reverse_scale", c.reverse_scale, "use a value in (0, 1] (ZenoPS: 0.4)");
       return;
     }
+    case RuleKind::kValidationOnly:
+      return;
   }
   bad("unknown rule kind " + std::to_string(static_cast<int>(config.kind)));
 }
@@ -320,6 +326,8 @@ Aggregate aggregate(const RuleConfig& config, const RuleInputs& in) {
       return zenops(in.candidates, in.reference, in.tensors, config.zenops);
     case RuleKind::kZenoPlusPlus:
       return zeno_plus_plus(in.candidates, in.reference, config.zenopp);
+    case RuleKind::kValidationOnly:
+      return validation_only(in.candidates, in.reference);
   }
   bad("unknown rule kind " + std::to_string(static_cast<int>(config.kind)));
 }
@@ -612,7 +620,7 @@ Aggregate zeno_plus_plus(Candidates candidates, std::span<const float> reference
     double s = 1.0;
     if (config.scaling != ZenoPlusPlusScaling::kNone && m.uu > 0) {
       s = std::sqrt(m.vv / m.uu);
-      if (config.scaling == ZenoPlusPlusScaling::kClip) s = std::min(s, 1.0);
+      if (config.scaling == ZenoPlusPlusScaling::kClip) s = std::min(config.clip_factor * s, 1.0);
     }
     const double score = config.gamma * s * m.uv - config.rho * s * s * m.uu + config.gamma * config.epsilon;
     Decision& d = decisions[c];
@@ -636,6 +644,26 @@ Aggregate zeno_plus_plus(Candidates candidates, std::span<const float> reference
   const double share = 1.0 / static_cast<double>(std::max<std::size_t>(accepted, 1));
   for (Decision& d : decisions) d.weight *= share;
   return with_weights(candidates, size, std::move(decisions));
+}
+
+Aggregate validation_only(Candidates candidates, std::span<const float> reference) {
+  const std::size_t size = model_size("validation-only", candidates);
+  check_reference("validation-only", "reference (the validator's update v)", reference, size);
+  std::vector<Decision> decisions(candidates.size());
+  const double vv = dot(reference, reference);
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    const double uv = dot(candidates[c], reference);
+    if (!std::isfinite(uv)) {
+      decisions[c] = non_finite();
+      continue;
+    }
+    decisions[c] = {
+        .accepted = false, .weight = 0, .score = vv > 0 ? uv / vv : 0.0, .verdict = Verdict::kDropped};
+  }
+  Aggregate result;
+  result.value.assign(reference.begin(), reference.end());
+  result.decisions = std::move(decisions);
+  return result;
 }
 
 }  // namespace pstwin::zeno

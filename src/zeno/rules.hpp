@@ -27,6 +27,7 @@ enum class RuleKind {
   kZeno,              // Xie et al. ICML'19: loss-decrease score on a validation batch, drop the b lowest
   kZenoPs,            // ZenoPS sync validator: <u,v> > rho ||v||^2 and ||u||^2 < c ||v||^2
   kZenoPlusPlus,      // Zeno++ async: gamma <v,g> - rho ||g||^2 >= -gamma eps, g rescaled to ||v||
+  kValidationOnly,    // baseline: the validator's own update v, every candidate dropped (ZenoPS fig. 7)
 };
 
 struct RuleInfo {
@@ -109,6 +110,9 @@ struct ZenoPlusPlusConfig {
   double rho = 0.001;    // learning-rate units (>= 0)
   double epsilon = 0.1;  // squared-gradient units, summed over elements (>= 0)
   ZenoPlusPlusScaling scaling = ZenoPlusPlusScaling::kRescale;  // g to ||v||: always, only down, never
+  // kClip shortens g to at most clip_factor ||v||: above 1 it leaves honest lengths alone and still
+  // bounds what an accepted long update (a sign-flip x4 that slipped through) can do.
+  double clip_factor = 1.0;
   // ZenoPS's behaviour, off by default: a rejected g is applied as -reverse_scale * |cos(g,v)| * g.
   bool reverse_rejected = false;
   double reverse_scale = 0.4;  // in (0, 1]
@@ -163,5 +167,7 @@ Aggregate zenops(Candidates candidates, std::span<const float> reference,
                  std::span<const TensorSlice> tensors, const ZenoPsConfig& config);
 Aggregate zeno_plus_plus(Candidates candidates, std::span<const float> reference,
                          const ZenoPlusPlusConfig& config);
+// The validation-only baseline: v as the aggregate, whatever the candidates say (each one kDropped).
+Aggregate validation_only(Candidates candidates, std::span<const float> reference);
 
 }  // namespace pstwin::zeno

@@ -11,7 +11,7 @@ namespace pstwin::zeno {
 namespace {
 
 bool uses_reference(RuleKind kind) {
-  return kind == RuleKind::kZenoPs || kind == RuleKind::kZenoPlusPlus;
+  return kind == RuleKind::kZenoPs || kind == RuleKind::kZenoPlusPlus || kind == RuleKind::kValidationOnly;
 }
 
 }  // namespace
