@@ -4,7 +4,7 @@
 #   bench/zeno_grid.sh [--pstwin BIN] [--scenario FILE] [--async-scenario FILE] [--out DIR] [--modes "sync async"]
 #                      [--rules "mean median ..."] [--async-rules "mean zeno++"] [--attacks "none sign-flip ..."]
 #                      [-j JOBS] [--set FIELD=VALUE]...
-# Rules that score against held-out data (zeno, zenops, zeno++) run with roles.validators = 1 (or the
+# Rules that score against held-out data (zeno, zenops, zeno++, validation-only) run with roles.validators = 1 (or the
 # base scenario's, if larger); the others on the servers with 0 validators. Sync cells run on --scenario,
 # async cells on --async-scenario (its own optimiser: the sync one diverges in async mode, ROBUSTNESS.md).
 # Needs jq (.ci/setup).
@@ -51,7 +51,7 @@ run_cell() {
   read -r mode rule attack <<<"$1"
   local validators=0 base=$scenario wanted=$base_validators
   [[ $mode == async ]] && base=$async_scenario wanted=$async_validators
-  case "$rule" in zeno | zenops | zeno++) validators=$((wanted > 1 ? wanted : 1)) ;; esac
+  case "$rule" in zeno | zenops | zeno++ | validation-only) validators=$((wanted > 1 ? wanted : 1)) ;; esac
   local dir="$out/$mode-$rule-$attack"
   "$pstwin" sim "$base" --out "$dir" --set "ps.mode=$mode" --set "zeno.rule=$rule" \
     --set "roles.validators=$validators" --set "attack.kind=$attack" "${sets[@]}" >"$dir.log" 2>&1 || true
