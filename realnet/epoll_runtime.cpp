@@ -146,8 +146,8 @@ void EpollNodeRuntime::queue(Message message) {
   host_.count_message(kHeaderBytes + message.payload.size());
   if (host_.tracing()) {
     const Seconds at = now();
-    trace_lane("send->" + std::to_string(message.header.recipient), "send", span_name(message.header), at,
-               at);
+    trace_lane("send->" + std::to_string(message.header.recipient), "send", span_name(message.header), at, at,
+               trace_message(message));
   }
   if (const auto it = pending_.find(message.header.recipient); it != pending_.end()) {
     it->second.held.push_back(std::move(message));
@@ -179,8 +179,8 @@ void EpollNodeRuntime::on_frame(Message message) {
   if (halting()) return;  // the loop is over (linger): nobody handles it
   if (host_.tracing()) {
     const Seconds at = now();
-    trace_lane("recv<-" + std::to_string(message.header.sender), "receive", span_name(message.header), at,
-               at);
+    trace_lane("recv<-" + std::to_string(message.header.sender), "receive", span_name(message.header), at, at,
+               trace_message(message));
   }
   deliver(std::move(message));
 }

@@ -283,7 +283,12 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["messages"] = p.messages;
   j["epoch_s"] = p.epoch_s;
   j["trace"] = ordered_json::array();
-  for (const auto& s : p.trace) j["trace"].push_back({s.thread, s.category, s.name, s.start_s, s.end_s});
+  // A span: [thread, category, name, start, end], and [key, iteration, bytes] after it for a message.
+  for (const auto& s : p.trace) {
+    ordered_json span = {s.thread, s.category, s.name, s.start_s, s.end_s};
+    if (s.message) span.insert(span.end(), {s.message->key, s.message->iteration, s.message->bytes});
+    j["trace"].push_back(std::move(span));
+  }
   j["trace_dropped"] = p.trace_dropped;
   if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
   if (p.balancing) j["balancing"] = balancing_json(*p.balancing);
@@ -313,9 +318,14 @@ NodePart part_from_json(const nlohmann::json& j) {
   p.messages = j.value("messages", std::uint64_t{0});
   p.epoch_s = j.value("epoch_s", 0.0);
   if (j.contains("trace"))
-    for (const auto& s : j.at("trace"))
+    for (const auto& s : j.at("trace")) {
       p.trace.push_back({"", 0, s.at(0).get<std::string>(), s.at(1).get<std::string>(),
-                         s.at(2).get<std::string>(), s.at(3).get<double>(), s.at(4).get<double>()});
+                         s.at(2).get<std::string>(), s.at(3).get<double>(), s.at(4).get<double>(),
+                         std::nullopt});
+      if (s.size() >= 8)
+        p.trace.back().message = TraceMessage{s.at(5).get<std::uint64_t>(), s.at(6).get<std::uint32_t>(),
+                                              s.at(7).get<std::uint64_t>()};
+    }
   p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
   if (j.contains("balancing")) p.balancing = balancing_from_json(j.at("balancing"));
@@ -361,8 +371,8 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
         (part.role != Role::kScheduler && part.rank >= 0 ? " " + std::to_string(part.rank) : "");
     const double shift = part.epoch_s - base;
     for (const auto& s : part.trace)
-      report.trace.push_back(
-          {label, static_cast<int>(i), s.thread, s.category, s.name, s.start_s + shift, s.end_s + shift});
+      report.trace.push_back({label, static_cast<int>(i), s.thread, s.category, s.name, s.start_s + shift,
+                              s.end_s + shift, s.message});
   }
   for (const auto& [index, seconds] : slowest)
     report.iterations.push_back({static_cast<int>(index), seconds});

@@ -11,6 +11,8 @@
 #include <optional>
 #include <sstream>
 
+#include "core/codec.hpp"
+
 namespace pstwin::realnet {
 
 namespace {
@@ -213,6 +215,10 @@ void LoopRuntime::shut_down() {
   executors_.clear();  // lanes may still run `work` on protocol data: join them first
 }
 
+TraceMessage LoopRuntime::trace_message(const Message& message) {
+  return {message.header.key, message.header.iteration, kHeaderBytes + message.payload.size()};
+}
+
 std::string LoopRuntime::span_name(const MessageHeader& header) {
   return std::string(command_name(header.command)) + (header.is_response ? " response" : "");
 }
@@ -366,10 +372,10 @@ void LoopRuntime::trace_span(std::string_view category, std::string_view name, S
 }
 
 void LoopRuntime::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
-                             Seconds start, Seconds end) {
+                             Seconds start, Seconds end, std::optional<TraceMessage> message) {
   if (!host_.tracing()) return;
   host_.record_span({options_.label, options_.pid, std::string(lane), std::string(category),
-                     std::string(name), start, end});
+                     std::string(name), start, end, message});
 }
 
 void LoopRuntime::log(std::string_view text) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -162,7 +163,7 @@ class LoopRuntime : public Runtime {
   const std::string& label() const { return options_.label; }
   void post(std::function<void()> event);  // run on the event loop; any thread
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
-                  Seconds end);
+                  Seconds end, std::optional<TraceMessage> message = std::nullopt);
 
   // Runtime
   NodeId self() const override { return self_; }
@@ -194,6 +195,7 @@ class LoopRuntime : public Runtime {
   // Hands a received message to the protocol (event loop only).
   void deliver(Message message) { protocol_->on_message(std::move(message)); }
   static std::string span_name(const MessageHeader& header);
+  static TraceMessage trace_message(const Message& message);  // a send or receive span's args
 
   // Transport hooks, all on the event loop thread except wake().
   virtual void bind_peer(NodeId id, const std::string& address) = 0;

@@ -191,7 +191,8 @@ class ZmqNodeRuntime::Sockets {
     owner_.host_.count_message(wire_bytes);
     if (owner_.host_.tracing())
       owner_.trace_lane("send->" + std::to_string(message.header.recipient), "send",
-                        span_name(message.header), start, owner_.now());
+                        span_name(message.header), start, owner_.now(),
+                        TraceMessage{message.header.key, message.header.iteration, wire_bytes});
   }
 
   // Validates one multipart message [routing id, header, payload?] and delivers it, or rejects it
@@ -244,7 +245,7 @@ class ZmqNodeRuntime::Sockets {
     }
     if (owner_.host_.tracing())
       owner_.trace_lane("recv<-" + std::to_string(message.header.sender), "receive",
-                        span_name(message.header), start, owner_.now());
+                        span_name(message.header), start, owner_.now(), trace_message(message));
     owner_.deliver(std::move(message));
   }
 

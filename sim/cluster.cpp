@@ -128,8 +128,9 @@ void Stream::arrive() {
   from_.cluster().account(from_, to_, wire_bytes);
   const Seconds end = s4u::Engine::get_clock();
   const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
-  from_.trace_lane(lane_name_, "send", name, start_, end);
-  to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start_, end);
+  const TraceMessage carried{decoded.key, decoded.iteration, wire_bytes};
+  from_.trace_lane(lane_name_, "send", name, start_, end, carried);
+  to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start_, end, carried);
   const bool bulk = !fpt::is_control(message);
   to_.deliver(std::move(message));
   from_.transmitted(to_id_, bulk);
@@ -384,9 +385,9 @@ void SimNode::trace_span(std::string_view category, std::string_view name, Secon
 }
 
 void SimNode::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
-                         Seconds start, Seconds end) {
+                         Seconds start, Seconds end, std::optional<TraceMessage> message) {
   cluster_.record_span(
-      {label_, pid_, std::string(lane), std::string(category), std::string(name), start, end});
+      {label_, pid_, std::string(lane), std::string(category), std::string(name), start, end, message});
 }
 
 void SimNode::log(std::string_view text) {

@@ -147,7 +147,7 @@ class SimNode final : public Runtime {
   void fail(std::string text) override;
 
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
-                  Seconds end);
+                  Seconds end, std::optional<TraceMessage> message = std::nullopt);
   // A stream delivered a message to `to` (with sim.send_pool_slots: a bulk one frees its slot).
   void transmitted(NodeId to, bool bulk);
   // Receive shaping: the rate bound on bulk flows from `sender` to this node (0: none).

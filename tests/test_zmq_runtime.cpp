@@ -235,6 +235,7 @@ TEST(ZmqRuntime, PstwinRunReportsMessagesAndOneTraceOfEveryNode) {
   std::set<std::string> processes;
   std::set<int> pids_with_sends;
   std::uint64_t aggregates = 0;
+  std::map<std::uint32_t, std::uint64_t> pushes_by_iteration;  // sent and received
   for (const auto& event : trace.at("traceEvents")) {
     if (event.at("ph") == "M" && event.at("name") == "process_name")
       processes.insert(event.at("args").at("name").get<std::string>());
@@ -242,6 +243,13 @@ TEST(ZmqRuntime, PstwinRunReportsMessagesAndOneTraceOfEveryNode) {
     const auto category = event.at("cat").get<std::string>();
     ++by_category[category];
     if (category == "send") pids_with_sends.insert(event.at("pid").get<int>());
+    // Every message span names what it carried (key, iteration, wire bytes: a header at least).
+    if (category == "send" || category == "receive") {
+      const auto& args = event.at("args");
+      EXPECT_GE(args.at("bytes").get<std::uint64_t>(), kHeaderBytes) << event.dump();
+      EXPECT_LT(args.at("iteration").get<std::uint32_t>(), 3u) << event.dump();
+      if (event.at("name") == "push") ++pushes_by_iteration[args.at("iteration").get<std::uint32_t>()];
+    }
     if (category == "engine" && event.at("name") == "aggregate") ++aggregates;
   }
   EXPECT_EQ(processes, (std::set<std::string>{"scheduler", "server 0", "server 1", "worker 0", "worker 1",
@@ -252,6 +260,8 @@ TEST(ZmqRuntime, PstwinRunReportsMessagesAndOneTraceOfEveryNode) {
   EXPECT_EQ(by_category["compute"], 4u * 2u);
   const auto scenario = load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml");
   EXPECT_EQ(aggregates, SyntheticWorkload(scenario).partitions().size() * 4 * 2);
+  const std::uint64_t pushes = SyntheticWorkload(scenario).partitions().size() * 4 * 2;  // sent + received
+  EXPECT_EQ(pushes_by_iteration, (std::map<std::uint32_t, std::uint64_t>{{0, pushes}, {1, pushes}}));
 }
 
 }  // namespace

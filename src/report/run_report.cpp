@@ -252,13 +252,17 @@ std::string trace_json(const RunReport& report) {
                         {"pid", span.pid},
                         {"tid", it->second},
                         {"args", {{"name", span.thread}}}});
-    events.push_back({{"name", span.name},
-                      {"cat", span.category},
-                      {"ph", "X"},
-                      {"ts", span.start_s * 1e6},
-                      {"dur", (span.end_s - span.start_s) * 1e6},
-                      {"pid", span.pid},
-                      {"tid", it->second}});
+    ordered_json event = {{"name", span.name},
+                          {"cat", span.category},
+                          {"ph", "X"},
+                          {"ts", span.start_s * 1e6},
+                          {"dur", (span.end_s - span.start_s) * 1e6},
+                          {"pid", span.pid},
+                          {"tid", it->second}};
+    if (span.message)
+      event["args"] = {
+          {"key", span.message->key}, {"iteration", span.message->iteration}, {"bytes", span.message->bytes}};
+    events.push_back(std::move(event));
   }
   for (const auto& [pid, name] : processes)
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});

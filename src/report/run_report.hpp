@@ -101,6 +101,14 @@ struct StalenessSummary {
   std::vector<std::uint64_t> refused_per_worker;  // by rank
 };
 
+// What a send or receive span carried (trace.json "args"), so a trace answers per-key questions: when
+// each worker's push of a key reached its aggregator, how long the reply took (docs/FPT.md).
+struct TraceMessage {
+  std::uint64_t key = 0;
+  std::uint32_t iteration = 0;
+  std::uint64_t bytes = 0;  // on the wire: header and payload
+};
+
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
   int pid = 0;
@@ -109,6 +117,7 @@ struct TraceSpan {
   std::string name;
   double start_s = 0;
   double end_s = 0;
+  std::optional<TraceMessage> message;  // send and receive spans only
 };
 
 struct RunReport {
