@@ -145,12 +145,18 @@ TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
     }
     ASSERT_TRUE(std::regex_search(output, worker, started)) << output;
     EXPECT_EQ(NetnsCluster::namespaces_with_prefix(prefix).size(), 8u) << output;  // 7 hosts + switch
-    // The job's staging objects are named by its scheduler port (realnet/node_run.cpp).
-    std::ifstream environ_file("/proc/" + worker[1].str() + "/environ");
-    std::string variables((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+    // The job's staging objects are named by its scheduler port (realnet/node_run.cpp). "started" is
+    // logged right after the fork: until the child has exec'd, its environ is still the launcher's.
     const std::regex port_variable(std::string("DMLC_PS_ROOT_PORT=(\\d+)"));
+    std::string variables;
     std::smatch port;
-    ASSERT_TRUE(std::regex_search(variables, port, port_variable));
+    for (const auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+      std::ifstream environ_file("/proc/" + worker[1].str() + "/environ");
+      variables.assign(std::istreambuf_iterator<char>(environ_file), std::istreambuf_iterator<char>());
+      if (std::regex_search(variables, port, port_variable)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(std::regex_search(variables, port, port_variable)) << "worker1's environment: " << variables;
     const std::string staging = "pstwin_" + port[1].str() + "_";
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     if (kill_launcher) {
