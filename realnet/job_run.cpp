@@ -505,19 +505,11 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   auto kill_all = [&] {
     for (auto& child : children) child->kill();
   };
-  // A killed node cannot unlink its shared-memory staging objects: remove what this job left.
-  auto remove_staging = [&] {
-    std::error_code ignored;
-    const std::string prefix = "pstwin_" + std::to_string(port) + "_";
-    for (std::filesystem::directory_iterator it("/dev/shm", ignored), end; !ignored && it != end;
-         it.increment(ignored))
-      if (it->path().filename().string().starts_with(prefix)) std::filesystem::remove(it->path(), ignored);
-  };
   for (;;) {
     if (g_signal != 0) {
       const int sig = g_signal;
       kill_all();
-      remove_staging();
+      ShmStaging::unlink_all(staging_sweep.prefix);  // std::exit skips the sweep's destructor
       sampler.reset();
       cluster.reset();  // std::exit runs no destructors of this frame
       log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
@@ -552,7 +544,6 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   children.clear();
-  remove_staging();
   const double job_s = std::chrono::duration<double>(Clock::now() - spawn_start).count();
   std::vector<LinkUsage> links;
   CounterSeries series;

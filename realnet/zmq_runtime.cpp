@@ -191,8 +191,7 @@ class ZmqNodeRuntime::Sockets {
     owner_.host_.count_message(wire_bytes);
     if (owner_.host_.tracing())
       owner_.trace_lane("send->" + std::to_string(message.header.recipient), "send",
-                        span_name(message.header), start, owner_.now(),
-                        TraceMessage{message.header.key, message.header.iteration, wire_bytes});
+                        span_name(message.header), start, owner_.now(), trace_message(message));
   }
 
   // Validates one multipart message [routing id, header, payload?] and delivers it, or rejects it
