@@ -22,12 +22,16 @@
 #include "realnet/loop_runtime.hpp"
 #include "realnet/nic_rate.hpp"
 #include "realnet/shm_staging.hpp"
+#include "realnet/stop_signals.hpp"
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
 #include "zeno/robust_training.hpp"
 
 namespace pstwin::realnet {
 namespace {
+
+// How late a node notices SIGINT or SIGTERM while it waits for its protocol to end.
+constexpr auto kSignalPoll = std::chrono::milliseconds(50);
 
 // What one node sees of the run: counts for the summary, this server's applied pushes (for a
 // per-server lost-update check), and PS_VERBOSE progress lines. Called under LockedObserver's lock.
@@ -206,6 +210,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
   // within the job, names collide exactly when staging.naming makes them equal.
   auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
+  // Before any thread starts: Ctrl-C or a plain `kill` stops the node cleanly, staging unlinked.
+  StopSignals stop_signals;
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
 
   // The scheduler binds the root address, the others DMLC_NODE_HOST: that address's interface.
@@ -249,7 +255,14 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
                             std::max(sc.sim.max_time_s, sc.ps.connect_timeout_s)));
-  const bool stopped = host.wait_all_stopped(1, deadline);
+  bool stopped = false;
+  int interrupted_by = 0;
+  while (!stopped && !host.failed() && std::chrono::steady_clock::now() < deadline) {
+    stopped = host.wait_all_stopped(1, std::min(deadline, std::chrono::steady_clock::now() + kSignalPoll));
+    if (!stopped && (interrupted_by = stop_signals.take()) != 0)
+      host.fail(label, std::string("interrupted by ") + (interrupted_by == SIGINT ? "SIGINT" : "SIGTERM") +
+                           ": stopped before the job ended");
+  }
   rt.halt();
   const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
   const std::string state = rt.describe();
@@ -279,6 +292,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     details << "violation [" << v.invariant << "] " << v.detail << "\n";
   result.details = details.str();
   result.exit_code = completed && checker.violation_count() == 0 ? 0 : 1;
+  if (interrupted_by != 0) result.exit_code = 128 + interrupted_by;  // as a shell reports a killed process
 
   std::ostringstream summary;
   summary << "pstwin node: " << role_name(env.role);

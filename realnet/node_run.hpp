@@ -54,7 +54,8 @@ struct NodePart {
 };
 
 struct NodeRunResult {
-  int exit_code = 1;    // 0 success, 1 failure or invariant violation (bad configuration throws)
+  int exit_code = 1;    // 0 success, 1 failure or invariant violation, 128 + signal when SIGINT or SIGTERM
+                        // stopped it (bad configuration throws)
   std::string summary;  // one line: role, rank, id, iterations, checks, violations
   std::string details;  // the failure and the first violations, one per line; "" when clean
   NodePart part;

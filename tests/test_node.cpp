@@ -168,6 +168,47 @@ TEST(Node, SchedulerPortInUseIsNamed) {
       << scheduler.output();
 }
 
+bool has_staging_object(const std::string& prefix) {
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().starts_with(prefix)) return true;
+  return false;
+}
+
+TEST(Node, SigtermAndSigintStopANodeCleanlyAndUnlinkItsStaging) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  const std::string prefix = "pstwin_" + std::to_string(port) + "_";
+  // Long enough that every node is still training when it is told to stop.
+  const std::vector<std::string> args{"--scenario", "scenarios/quickstart.toml", "--set",
+                                      "workload.iterations=1000000"};
+  NodeProcess scheduler("scheduler-signal", job_env("scheduler", port), args);
+  NodeProcess server("server-signal", job_env("server", port), args);
+  NodeProcess worker0("worker0-signal", worker_env(0, port), args);
+  NodeProcess worker1("worker1-signal", worker_env(1, port), args);
+  const auto started = Clock::now();
+  while (!has_staging_object(prefix) && Clock::now() < started + std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(has_staging_object(prefix)) << "no staging object after 30 s\n" << worker0.output();
+
+  // A plain `kill`: the worker stops as a failed node would, reports why, and exits 128 + SIGTERM.
+  ASSERT_EQ(::kill(worker0.pid(), SIGTERM), 0);
+  EXPECT_EQ(worker0.wait_until(Clock::now() + std::chrono::seconds(15)), 128 + SIGTERM) << worker0.output();
+  EXPECT_NE(worker0.output().find("interrupted by SIGTERM"), std::string::npos) << worker0.output();
+  EXPECT_NE(worker0.output().find("pstwin node: worker rank 0"), std::string::npos) << worker0.output();
+
+  // Ctrl-C on the rest (any of them may already have failed on worker 0's departure): each ends
+  // with its summary line, none killed by the signal.
+  for (NodeProcess* node : {&worker1, &server, &scheduler}) {
+    ::kill(node->pid(), SIGINT);
+    const auto code = node->wait_until(Clock::now() + std::chrono::seconds(15));
+    ASSERT_TRUE(code.has_value()) << node->output();
+    EXPECT_NE(*code, 0) << node->output();
+    EXPECT_NE(node->output().find("pstwin node: "), std::string::npos) << node->output();
+  }
+  EXPECT_FALSE(has_staging_object(prefix)) << "a stopped worker left staging objects with prefix " << prefix;
+}
+
 std::string unique_prefix(const std::string& what) {
   return "pstwin_test_" + std::to_string(::getpid()) + "_" + what + "_";
 }
