@@ -292,6 +292,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["trace_dropped"] = p.trace_dropped;
   if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
   if (p.balancing) j["balancing"] = balancing_json(*p.balancing);
+  if (p.validation) j["validation"] = validation_json(*p.validation);
   return j;
 }
 
@@ -329,6 +330,7 @@ NodePart part_from_json(const nlohmann::json& j) {
   p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
   if (j.contains("balancing")) p.balancing = balancing_from_json(j.at("balancing"));
+  if (j.contains("validation")) p.validation = validation_from_json(j.at("validation"));
   return p;
 }
 
@@ -357,6 +359,10 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     if (part.role == Role::kScheduler) report.nodes = part.nodes;
     if (part.accuracy) report.accuracy = part.accuracy;     // worker 0's
     if (part.balancing) report.balancing = part.balancing;  // the scheduler's
+    if (part.validation) {                                  // two validators judge disjoint sets of workers
+      if (!report.validation) report.validation.emplace();
+      add_validation(*report.validation, *part.validation);
+    }
     report.messages += part.messages;
     report.message_bytes += part.bytes_sent;
     report.trace_dropped += part.trace_dropped;

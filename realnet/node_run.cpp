@@ -25,6 +25,7 @@
 #include "realnet/stop_signals.hpp"
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
+#include "report/validation_recorder.hpp"
 #include "zeno/robust_training.hpp"
 
 namespace pstwin::realnet {
@@ -205,6 +206,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   std::vector<RunObserver*> observers{&checker, &stats, &accuracy};
   if (env.role == Role::kScheduler && sc.lb.balancing == Balancing::kLb)
     observers.push_back(&balancing.emplace(sc, workload));
+  ValidationRecorder validation;  // a validator's accept counts, merged into results.json's `validation`
+  if (env.role == Role::kValidator) observers.push_back(&validation);
   ObserverFanout fanout(std::move(observers));
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
@@ -331,6 +334,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.trace = std::move(sent.trace);
   part.trace_dropped = sent.trace_dropped;
   if (training) part.accuracy = accuracy.evaluate(*training);  // the run is over: not in its times
+  if (env.role == Role::kValidator) part.validation = validation.summary();
   if (balancing) {
     RunReport recorded;
     balancing->fill(recorded);

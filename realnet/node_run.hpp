@@ -50,7 +50,8 @@ struct NodePart {
   std::vector<TraceSpan> trace;  // its spans when output.trace is on
   std::optional<AccuracyCurve> accuracy;  // worker 0 of an mlp run, evaluated after its run
   std::uint64_t trace_dropped = 0;
-  std::optional<BalancingReport> balancing;  // the scheduler of a ps.balancing = "lb" run
+  std::optional<BalancingReport> balancing;     // the scheduler of a ps.balancing = "lb" run
+  std::optional<ValidationSummary> validation;  // a ZenoPS validator: its decisions on its workers
 };
 
 struct NodeRunResult {

@@ -184,6 +184,10 @@ TEST(Validator, SyncSimAndRealProcessesLearnTheSameModel) {
     EXPECT_EQ(rr["accuracy"]["curve"][i][2], rs["accuracy"]["curve"][i][2]);
   }
   EXPECT_EQ(rr["model_digest"], rs["model_digest"]);
+  // The validator process's decisions reach the merged results.json, the same as the simulator's.
+  ASSERT_TRUE(rr.contains("validation")) << rr.dump();
+  EXPECT_EQ(rr["validation"]["judged"], 36);  // 3 workers x 12 rounds
+  EXPECT_EQ(rr["validation"], rs["validation"]);
 }
 
 TEST(Validator, BadZenoFieldsAreBadInputNamingThem) {

@@ -106,14 +106,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
                               {"note", r.emulation->note}};
   j["model_digest"] = r.model_digest;
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
-  if (r.validation) {
-    auto& v = j["validation"];
-    v["judged"] = r.validation->judged;
-    v["accepted"] = r.validation->accepted;
-    v["per_worker"] = ordered_json::array();
-    for (const auto& [judged, accepted] : r.validation->per_worker)
-      v["per_worker"].push_back({judged, accepted});
-  }
+  if (r.validation) j["validation"] = validation_json(*r.validation);
   if (r.staleness) {
     const auto& s = *r.staleness;
     j["staleness"] = {{"bound", s.bound},       {"applied", s.applied},
@@ -169,6 +162,32 @@ BalancingReport balancing_from_json(const nlohmann::json& j) {
   return b;
 }
 
+nlohmann::ordered_json validation_json(const ValidationSummary& validation) {
+  using nlohmann::ordered_json;
+  ordered_json v;
+  v["judged"] = validation.judged;
+  v["accepted"] = validation.accepted;
+  v["per_worker"] = ordered_json::array();
+  for (const auto& [judged, accepted] : validation.per_worker) v["per_worker"].push_back({judged, accepted});
+  return v;
+}
+
+ValidationSummary validation_from_json(const nlohmann::json& v) {
+  ValidationSummary summary{v.at("judged"), v.at("accepted"), {}};
+  for (const auto& w : v.at("per_worker")) summary.per_worker.emplace_back(w.at(0), w.at(1));
+  return summary;
+}
+
+void add_validation(ValidationSummary& into, const ValidationSummary& more) {
+  into.judged += more.judged;
+  into.accepted += more.accepted;
+  if (into.per_worker.size() < more.per_worker.size()) into.per_worker.resize(more.per_worker.size());
+  for (std::size_t w = 0; w < more.per_worker.size(); ++w) {
+    into.per_worker[w].first += more.per_worker[w].first;
+    into.per_worker[w].second += more.per_worker[w].second;
+  }
+}
+
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy) {
   nlohmann::ordered_json j;
   j["final"] = accuracy.final_accuracy;
@@ -215,12 +234,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (!j.at("bound").is_null())
     r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
-  if (j.contains("validation")) {
-    const auto& v = j["validation"];
-    ValidationSummary summary{v.at("judged"), v.at("accepted"), {}};
-    for (const auto& w : v.at("per_worker")) summary.per_worker.emplace_back(w.at(0), w.at(1));
-    r.validation = summary;
-  }
+  if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
   if (j.contains("staleness")) {
     const auto& s = j["staleness"];
     r.staleness = StalenessSummary{s.at("bound"),       s.at("applied"),  s.at("refused"),

@@ -89,6 +89,10 @@ struct ValidationSummary {
   std::uint64_t accepted = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> per_worker;  // (judged, accepted) by rank
 };
+nlohmann::ordered_json validation_json(const ValidationSummary& validation);
+ValidationSummary validation_from_json(const nlohmann::json& json);
+// Adds `more` (another validator's workers) into `into`, worker by worker.
+void add_validation(ValidationSummary& into, const ValidationSummary& more);
 
 // Async with ps.max_staleness: the servers' pushes (per key partition) by staleness, i.e. how many
 // versions of the key were applied between the worker's last pull of it and the push's arrival.
@@ -136,7 +140,7 @@ struct RunReport {
   std::optional<NetworkEmulation> emulation;
   std::string model_digest;
   std::optional<AccuracyCurve> accuracy;        // mlp runs only
-  std::optional<ValidationSummary> validation;  // runs with validators (in-process backends)
+  std::optional<ValidationSummary> validation;  // runs with validators (pstwin run: the validators summed)
   std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;
