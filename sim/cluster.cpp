@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/codec.hpp"
+#include "sim/fifo_network.hpp"
+#include "sim/flow_network.hpp"
 
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
@@ -36,7 +38,7 @@ void FlowSlots::release() {
 
 Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
     : from_(from), to_(to), to_id_(to_id), lane_name_("send->" + std::to_string(to_id)) {
-  if (from.cluster().flow_network()) return;
+  if (from.cluster().network()) return;
   mutex_ = s4u::Mutex::create();
   ready_ = s4u::ConditionVariable::create();
   auto actor = s4u::Actor::create(from.label() + " " + lane_name_, from.host(), [this] { run(); });
@@ -61,15 +63,15 @@ void Stream::next() {
   queue_.erase(queue_.begin());
   const double jitter = from_.cluster().scenario().perturbation.delivery_jitter_s;
   if (jitter > 0)
-    from_.cluster().flow_network()->after(from_.random("net.delivery_jitter").uniform(0, jitter),
-                                          [this] { send_current(); });
+    from_.cluster().network()->after(from_.random("net.delivery_jitter").uniform(0, jitter),
+                                     [this] { send_current(); });
   else
     send_current();
 }
 
 void Stream::send_current() {
   begin();
-  auto& network = *from_.cluster().flow_network();
+  auto& network = *from_.cluster().network();
   if (current_.payload.empty()) {
     network.after(control_latency(), [this] {
       arrive();
@@ -81,15 +83,37 @@ void Stream::send_current() {
   const double receive_Bps = to_.receive_rate(from_.self());
   const double bound_Bps = pacing_Bps_ > 0 && receive_Bps > 0 ? std::min(pacing_Bps_, receive_Bps)
                                                               : std::max(pacing_Bps_, receive_Bps);
-  from_.flow_queue().acquire([this, &network, bound_Bps] {
+  const double max_rate = bound_Bps > 0 ? bound_Bps : MessageNetwork::kUnbounded;
+  const auto bytes = static_cast<double>(kHeaderBytes + current_.payload.size());
+  if (!network.separates_sent()) {
+    from_.flow_queue().acquire([this, &network, bytes, max_rate] {
+      network.start(
+          from_.host(), to_.host(), bytes, nullptr,
+          [this] {
+            from_.flow_queue().release();
+            arrive();
+            next();
+          },
+          max_rate);
+    });
+    return;
+  }
+  // Queues between sender and receiver: the connection takes its next message once this one is
+  // on the wire, and this one is delivered when its last packet arrives.
+  from_.flow_queue().acquire([this, &network, bytes, max_rate] {
+    const bool bulk = !fpt::is_control(current_);
+    auto in_flight = std::make_shared<Message>(std::move(current_));
     network.start(
-        from_.host(), to_.host(), static_cast<double>(kHeaderBytes + current_.payload.size()),
-        [this] {
+        from_.host(), to_.host(), bytes,
+        [this, bulk] {
           from_.flow_queue().release();
-          arrive();
+          from_.transmitted(to_id_, bulk);
           next();
         },
-        bound_Bps > 0 ? bound_Bps : MaxMinFlows::kUnbounded);
+        [this, in_flight, header = header_, start = start_] {
+          deliver(std::move(*in_flight), header, start);
+        },
+        max_rate);
   });
 }
 
@@ -115,13 +139,17 @@ void Stream::begin() {
 }
 
 void Stream::arrive() {
+  const bool bulk = !fpt::is_control(current_);
+  if (deliver(std::move(current_), header_, start_)) from_.transmitted(to_id_, bulk);
+}
+
+bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) {
   // The receiver decodes the header it was sent, exactly as a socket transport would.
-  Message message = std::move(current_);
   MessageHeader decoded;
   bool phantom = false;
-  if (auto error = decode_header(header_, decoded, phantom)) {
+  if (auto error = decode_header(header, decoded, phantom)) {
     to_.fail("rejected a frame from " + from_.label() + ": " + error->to_string());
-    return;
+    return false;
   }
   message.header = decoded;
   const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
@@ -129,11 +157,10 @@ void Stream::arrive() {
   const Seconds end = s4u::Engine::get_clock();
   const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
   const TraceMessage carried{decoded.key, decoded.iteration, wire_bytes};
-  from_.trace_lane(lane_name_, "send", name, start_, end, carried);
-  to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start_, end, carried);
-  const bool bulk = !fpt::is_control(message);
+  from_.trace_lane(lane_name_, "send", name, start, end, carried);
+  to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start, end, carried);
   to_.deliver(std::move(message));
-  from_.transmitted(to_id_, bulk);
+  return true;
 }
 
 // A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
@@ -224,7 +251,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       mutex_(s4u::Mutex::create()),
       wake_(s4u::ConditionVariable::create()),
       flow_queue_(cluster.scenario().sim.node_flow_limit) {
-  if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0 && !cluster.flow_network())
+  if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0 && !cluster.network())
     flow_slots_ = s4u::Semaphore::create(limit);
   // A 256-byte quantum: a weight-1000 connection (the load balancer's heaviest) sends about one
   // 256 KB partition per DRR visit, lighter ones proportionally fewer.
@@ -232,9 +259,9 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
   // than the heaviest are held to their share); SimGrid's host-to-host transfers take no rate bound.
   if (cluster.scenario().sim.send_pool_slots > 0) {
     pool_ = std::make_unique<fpt::SendPool>(fpt::SendPoolOptions{
-        .quantum_bytes = 256, .link_rate_Bps = cluster.flow_network() ? cluster.uplink_rate(host_name_) : 0});
+        .quantum_bytes = 256, .link_rate_Bps = cluster.network() ? cluster.uplink_rate(host_name_) : 0});
     // Links are full duplex with one bandwidth: the downlink's rate is the uplink's.
-    if (cluster.flow_network())
+    if (cluster.network())
       receive_shaper_ = std::make_unique<fpt::ReceiveShaper>(cluster.uplink_rate(host_name_));
   }
 }
@@ -422,8 +449,11 @@ Cluster::Cluster(const Scenario& scenario, Platform& platform) : scenario_(scena
       throw ScenarioError(
           "sim.network_model = \"flow\" models LV08 and CM02 sharing, not network.model = \"SMPI\" (its "
           "factors depend on message size); use sim.network_model = \"simgrid\" or another network.model");
-    flow_network_ = std::make_unique<FlowNetwork>(platform.bandwidth_factor, platform.latency_factor,
-                                                  platform.cross_traffic > 0, platform.hosts.begin()->second);
+    network_ = std::make_unique<FlowNetwork>(platform.bandwidth_factor, platform.latency_factor,
+                                             platform.cross_traffic > 0, platform.hosts.begin()->second);
+  } else if (scenario.sim.network_model == "fifo") {
+    network_ = std::make_unique<FifoNetwork>(platform.bandwidth_factor, platform.latency_factor,
+                                             platform.hosts.begin()->second);
   }
   for (const auto& link : platform_.links) link_bytes_[link.name] = 0;
 }

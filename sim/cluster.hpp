@@ -23,7 +23,7 @@
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "report/run_report.hpp"
-#include "sim/flow_network.hpp"
+#include "sim/message_network.hpp"
 #include "sim/platform.hpp"
 
 namespace pstwin::sim {
@@ -58,11 +58,12 @@ class Stream {
   void set_pacing(double rate_Bps) { pacing_Bps_ = rate_Bps; }
 
  private:
-  void run();                               // SimGrid's model: the stream's actor
-  void next();                              // flow model: start the next queued message, if idle
-  void send_current();                      // flow model: after the jitter
-  void begin();                             // the transport takes `current_`: its bytes are fixed now
-  void arrive();                            // `current_` reached the peer
+  void run();           // SimGrid's model: the stream's actor
+  void next();          // flow model: start the next queued message, if idle
+  void send_current();  // flow model: after the jitter
+  void begin();         // the transport takes `current_`: its bytes are fixed now
+  void arrive();        // `current_` reached the peer
+  bool deliver(Message message, const HeaderBytes& header, Seconds start);  // to the peer; false: refused
   double control_latency();                 // a header-only message's cost: the route's latency
   void transmit(std::uint64_t wire_bytes);  // SimGrid's model: blocks the stream's actor
   SimNode& from_;
@@ -202,7 +203,8 @@ class Cluster {
   // What one flow can get out of `host`'s NIC: its bandwidth x the model's bandwidth factor, less the
   // reverse traffic's cross-traffic share (a send pool's link rate, for pacing).
   double uplink_rate(const std::string& host) const;
-  FlowNetwork* flow_network() { return flow_network_.get(); }  // null: SimGrid shares bandwidth
+  // pstwin's own network model (sim.network_model "flow" or "fifo"); null: SimGrid shares bandwidth.
+  MessageNetwork* network() { return network_.get(); }
 
   void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);
   void record_span(TraceSpan span);
@@ -220,7 +222,7 @@ class Cluster {
  private:
   const Scenario& scenario_;
   Platform& platform_;
-  std::unique_ptr<FlowNetwork> flow_network_;
+  std::unique_ptr<MessageNetwork> network_;
   std::vector<std::unique_ptr<SimNode>> nodes_;
   std::map<std::string, SimNode*, std::less<>> by_address_;
   std::map<std::string, HostStaging> staging_;

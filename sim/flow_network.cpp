@@ -402,8 +402,8 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
   return routes_.emplace(key, std::move(route)).first->second;
 }
 
-void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> done,
-                        double max_rate) {
+void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> /*sent*/,
+                        std::function<void()> done, double max_rate) {
   const Route& path = route(from, to);
   const double join = s4u::Engine::get_clock() + path.latency * latency_factor_;
   joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, std::move(done), max_rate});

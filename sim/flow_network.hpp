@@ -21,6 +21,8 @@
 
 #include <simgrid/s4u.hpp>
 
+#include "sim/message_network.hpp"
+
 namespace pstwin::sim {
 
 // The solver, independent of SimGrid (unit-tested against the exact progressive filling).
@@ -87,15 +89,14 @@ class MaxMinFlows {
 // Drives MaxMinFlows from SimGrid: routes and parameters from the platform, completions in
 // simulated time. Callbacks run on the network's own actor, in (time, call order) order; they may
 // start flows and timers, but must not block.
-class FlowNetwork {
+class FlowNetwork final : public MessageNetwork {
  public:
   FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, simgrid::s4u::Host* home);
-  // Sends `bytes` from `from` to `to` at most at `max_rate` bytes/s (a paced connection); `done` runs
-  // when the last byte arrived.
-  void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> done,
-             double max_rate = MaxMinFlows::kUnbounded);
-  // Runs `fire` `delay` seconds from now (a latency-only message, a modelled delay).
-  void after(double delay, std::function<void()> fire);
+  // A flow has no queue: `sent` is not called, `done` runs when the last byte arrived.
+  void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> sent,
+             std::function<void()> done, double max_rate = kUnbounded) override;
+  void after(double delay, std::function<void()> fire) override;
+  bool separates_sent() const override { return false; }
 
  private:
   struct Route {

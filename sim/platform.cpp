@@ -69,7 +69,12 @@ Platform build_platform(const Scenario& sc) {
   auto [bw_factor, lat_factor] = model_factors(sc.network.model);
   platform.bandwidth_factor = sc.network.bandwidth_factor > 0 ? sc.network.bandwidth_factor : bw_factor;
   platform.latency_factor = sc.network.latency_factor > 0 ? sc.network.latency_factor : lat_factor;
-  platform.cross_traffic = simgrid::config::get_value<bool>("network/crosstraffic") ? kCrossTraffic : 0;
+  // The FIFO model queues frames at links whose rate bandwidth_factor already reduces to TCP payload
+  // (ACKs included, docs/FIDELITY.md): it charges no reverse-path share on top.
+  platform.cross_traffic =
+      sc.sim.network_model != "fifo" && simgrid::config::get_value<bool>("network/crosstraffic")
+          ? kCrossTraffic
+          : 0;
 
   const int host_count = sc.host_count();
   if (sc.cluster.topology == Topology::kStar) {

@@ -62,7 +62,7 @@ constexpr std::array<std::pair<PushPullMode, std::string_view>, 2> kPushPullName
 constexpr std::array<std::pair<Balancing, std::string_view>, 2> kBalancingNames{
     {{Balancing::kHash, "hash"}, {Balancing::kLb, "lb"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
-constexpr std::array<std::string_view, 2> kSimNetworkModels{"simgrid", "flow"};
+constexpr std::array<std::string_view, 3> kSimNetworkModels{"simgrid", "flow", "fifo"};
 constexpr std::array<std::string_view, 2> kLrSchedules{"constant", "cosine"};
 constexpr std::array<std::string_view, 3> kZenoScalings{"rescale", "clip", "none"};
 
@@ -1003,9 +1003,11 @@ std::vector<Field> make_registry() {
                          "its own."));
   f.push_back(make_field(
       "sim.network_model", PSTWIN_MEMBER(sim.network_model), ChoiceCodec{kSimNetworkModels},
-      "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver) or \"flow\" (pstwin's own "
+      "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver), \"flow\" (pstwin's own "
       "max-min model of the same sharing rules, much faster with thousands of flows in flight; not with "
-      "network.model = \"SMPI\"). See docs/PERFORMANCE.md, \"Simulator scale\"."));
+      "network.model = \"SMPI\"; docs/PERFORMANCE.md, \"Simulator scale\") or \"fifo\" (packets queued "
+      "at every link and served in order, as tbf and a switch port do on a namespace cluster; a host's "
+      "connections take turns on its NIC; docs/FPT.md, \"Namespace clusters\")."));
   f.push_back(make_field(
       "sim.simgrid_config", PSTWIN_MEMBER(sim.simgrid_config),
       StringListCodec{"SimGrid setting", "[\"network/crosstraffic:0\"]"},

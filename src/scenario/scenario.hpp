@@ -192,7 +192,8 @@ struct SimConfig {
   // many bulk messages in transmission, one per connection, connections taking turns by weighted DRR.
   int send_pool_slots = 0;
   // "simgrid": SimGrid's network model shares bandwidth. "flow": pstwin's own max-min flow model
-  // (sim/flow_network.hpp), same sharing rules, cost local to the links a flow touches.
+  // (sim/flow_network.hpp), same sharing rules, cost local to the links a flow touches. "fifo":
+  // packets queued at every link (sim/fifo_network.hpp).
   std::string network_model = "simgrid";
 };
 
