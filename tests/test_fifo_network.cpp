@@ -37,6 +37,8 @@ TEST(FifoNetwork, AMessageIsPipelinedPacketByPacketAcrossTwoLinks) {
   // store and forward per packet, not per message (that would be 3 + 0.5 + 3 + 0.5).
   EXPECT_DOUBLE_EQ(sent, 3.0);
   EXPECT_DOUBLE_EQ(done, 5.0);
+  EXPECT_DOUBLE_EQ(links.busy_seconds(nic), 3.0);
+  EXPECT_DOUBLE_EQ(links.busy_seconds(port), 3.0);
   EXPECT_EQ(links.messages(), 0U);
 }
 
