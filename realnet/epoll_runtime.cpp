@@ -44,6 +44,7 @@ EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
   out.port = where->port;
   out.own_threads = false;  // the event loop drives it
   out.pool.link_rate_Bps = options.nic_rate_Bps;
+  if (options.kernel_pacing) out.pacing = EpollTransport::Options::Pacing::kKernel;
   return out;
 }
 

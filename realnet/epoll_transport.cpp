@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -37,8 +36,6 @@ constexpr std::uint64_t kPooledFromBytes = 16 * 1024;  // smaller payloads come 
 
 // Receive shaping: a shaped connection may read a burst of this long at its rate (at least 128 KiB)
 // and, once out of tokens, sleeps until half of that is back: at most ~200 wake-ups a second.
-constexpr double kShapingBurstSeconds = 0.01;
-constexpr double kShapingMinBurstBytes = 128 * 1024;
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -98,6 +95,11 @@ struct EpollTransport::OutConnection {
   std::deque<Frame> frames;
   bool blocked = false;  // waiting for EPOLLOUT
   std::atomic<bool> dead{false};
+  // User pacing (guarded by the transport's mutex_): the bytes the connection is ahead of its rate,
+  // and until when the pool keeps it out of its rotation for them (0: not held).
+  double debt_bytes = 0;
+  double paid_at = 0;
+  double held_until = 0;
 };
 
 // A peer's connection to us, receive thread only: the frame being read.
@@ -242,12 +244,48 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
 // with SO_MAX_PACING_RATE itself, no fq qdisc needed), the way the simulator bounds the flow.
 void EpollTransport::apply_pacing(OutConnection& connection) {
   if (options_.pool.link_rate_Bps <= 0) return;
-  const double rate = pool_.pacing_rate(connection.peer);
+  const double rate = options_.pacing == Options::Pacing::kKernel ? pool_.pacing_rate(connection.peer) : 0;
   const std::uint64_t cap =
       rate > 0 ? static_cast<std::uint64_t>(rate) : std::numeric_limits<std::uint64_t>::max();
   // A kernel that refuses leaves the connection unpaced (pacing_rate() shows it); nothing is lost.
   [[maybe_unused]] const int ignored =
       ::setsockopt(connection.fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &cap, sizeof cap);
+}
+
+void EpollTransport::pace(OutConnection& connection, std::uint64_t bytes, double now) {
+  if (options_.pacing != Options::Pacing::kUser || options_.pool.link_rate_Bps <= 0) return;
+  const double rate = pool_.pacing_rate(connection.peer);
+  if (rate <= 0) return;
+  connection.debt_bytes =
+      std::max(0.0, connection.debt_bytes - (now - connection.paid_at) * rate) + static_cast<double>(bytes);
+  connection.paid_at = now;
+  if (connection.held_until <= 0) ++held_;
+  connection.held_until = now + connection.debt_bytes / rate;
+  pool_.set_blocked(connection.peer, true);
+}
+
+void EpollTransport::release_paced(double now) {
+  if (held_ == 0) return;
+  for (auto& [peer, connection] : out_) {
+    if (connection->held_until <= 0 || connection->held_until > now) continue;
+    connection->held_until = 0;
+    --held_;
+    if (!connection->blocked) pool_.set_blocked(peer, false);
+  }
+}
+
+int EpollTransport::paced_timeout(int timeout_ms) const {
+  double earliest = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (held_ == 0) return timeout_ms;
+    for (const auto& [peer, connection] : out_)
+      if (connection->held_until > 0 && (earliest == 0 || connection->held_until < earliest))
+        earliest = connection->held_until;
+  }
+  if (earliest == 0) return timeout_ms;
+  const int until = static_cast<int>(std::ceil(std::max(0.0, earliest - seconds_now()) * 1000));
+  return timeout_ms < 0 ? until : std::min(timeout_ms, until);
 }
 
 std::optional<std::uint64_t> EpollTransport::pacing_rate(NodeId peer) const {
@@ -387,7 +425,7 @@ bool EpollTransport::flush(OutConnection& connection) {
     connection.blocked = false;
     epoll_ctl(out_epoll(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
     std::lock_guard lock(mutex_);
-    pool_.set_blocked(connection.peer, false);
+    if (connection.held_until <= 0) pool_.set_blocked(connection.peer, false);
   }
   return true;
 }
@@ -408,6 +446,8 @@ bool EpollTransport::send_batch() {
   {
     std::lock_guard lock(mutex_);
     if (stopped_) return false;
+    const double now = held_ > 0 || options_.pacing == Options::Pacing::kUser ? seconds_now() : 0;
+    release_paced(now);
     std::uint64_t bytes = 0;
     // One CRC for a payload that goes to several peers in this batch (the server's aggregate to
     // every worker): the earlier frame keeps those bytes alive until the batch is written.
@@ -429,6 +469,7 @@ bool EpollTransport::send_batch() {
       }
       OutConnection::Frame frame{encode_header_with_crc(out->message.header, payload, crc), payload};
       bytes += frame.size();
+      if (!payload.is_phantom() && payload.size() > 0) pace(connection, frame.size(), now);
       connection.frames.push_back(std::move(frame));
       const auto end = touched.begin() + static_cast<std::ptrdiff_t>(touched_count);
       if (std::find(touched.begin(), end, &connection) == end) touched[touched_count++] = &connection;
@@ -444,7 +485,7 @@ void EpollTransport::send_loop() {
   std::array<epoll_event, kMaxEvents> events{};
   bool idle = false;
   for (;;) {
-    const int ready = epoll_wait(send_epoll_.get(), events.data(), kMaxEvents, idle ? -1 : 0);
+    const int ready = epoll_wait(send_epoll_.get(), events.data(), kMaxEvents, idle ? paced_timeout(-1) : 0);
     for (int i = 0; i < ready; ++i) {
       const int fd = events[static_cast<std::size_t>(i)].data.fd;
       if (fd == stop_fd_.get()) return;
@@ -481,7 +522,8 @@ void EpollTransport::poll(int timeout_ms) {
   std::array<epoll_event, kMaxEvents> events{};
   take_up_receive_shaping();
   resume_due();
-  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, shaped_timeout(timeout_ms));
+  const int ready =
+      epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, paced_timeout(shaped_timeout(timeout_ms)));
   if (ready < 0 && errno != EINTR) {
     report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
     return;
@@ -704,7 +746,7 @@ void EpollTransport::shape(InConnection& c) {
     return;
   }
   if (c.bucket && c.bucket->rate() == rate) return;
-  c.bucket.emplace(rate, std::max(kShapingMinBurstBytes, rate * kShapingBurstSeconds), seconds_now());
+  c.bucket.emplace(rate, std::max(fpt::kReaderBurstMinBytes, rate * fpt::kReaderBurstSeconds), seconds_now());
 }
 
 void EpollTransport::pause(InConnection& c) {

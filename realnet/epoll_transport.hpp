@@ -78,6 +78,13 @@ class EpollTransport {
     std::uint64_t buffer_pool_bytes = 64ull << 20;
     DecodeLimits limits;
     fpt::SendPoolOptions pool;
+    // Who holds a paced connection (the pool's pacing_rate) to its rate. kUser: this transport, a
+    // message at a time: it writes the message whole and takes the connection out of the pool's
+    // rotation for size / rate. kKernel: SO_MAX_PACING_RATE, which on Linux lets a message out at once
+    // after idling and repays in bursts, so a light connection takes its share in clumps of messages
+    // (docs/FPT.md, "Pacing: kernel or user").
+    enum class Pacing { kUser, kKernel };
+    Pacing pacing = Pacing::kUser;
     // false: start no thread; the owner calls poll(), pump() and drain() from one thread of its own,
     // and the callbacks run on it.
     bool own_threads = true;
@@ -153,7 +160,12 @@ class EpollTransport {
   int out_epoll() const { return options_.own_threads ? send_epoll_.get() : receive_epoll_.get(); }
   bool idle() const;
   void apply_pacing(OutConnection& connection);  // mutex_ held
-  bool flush(OutConnection& connection);         // false: the connection failed (already reported)
+  // User pacing (mutex_ held): a message of `bytes` just committed to `connection`; holds it out of
+  // the pool's rotation until its rate has paid for them.
+  void pace(OutConnection& connection, std::uint64_t bytes, double now);
+  void release_paced(double now);           // mutex_ held: connections whose hold is over go back
+  int paced_timeout(int timeout_ms) const;  // cut short for the earliest paced release
+  bool flush(OutConnection& connection);    // false: the connection failed (already reported)
   void fail_out(OutConnection& connection, const std::string& detail);
   void accept_all();
   bool read_some(InConnection& connection, bool hung_up);  // false: closed (reported if mid-frame or bad)
@@ -189,6 +201,7 @@ class EpollTransport {
   std::map<NodeId, std::unique_ptr<OutConnection>> out_;
   std::map<int, OutConnection*> out_by_fd_;  // the same connections, by socket
   bool stopped_ = false;
+  std::size_t held_ = 0;  // user pacing: connections with held_until > 0 (guarded by mutex_)
   std::atomic<bool> wake_pending_{false};
 
   std::map<int, std::unique_ptr<InConnection>> in_;  // receive thread only, by fd

@@ -114,6 +114,9 @@ struct NodeRuntimeOptions {
   // shaped rate). The epoll van's send pool then paces connections lighter than the heaviest to their
   // share of it (docs/FPT.md "Send pool"); 0: no pacing.
   double nic_rate_Bps = 0;
+  // PSTWIN_PACING=kernel: the epoll van leaves pacing to the kernel (SO_MAX_PACING_RATE) instead of
+  // holding a paced connection a message at a time itself (EpollTransport::Options::Pacing).
+  bool kernel_pacing = false;
 };
 
 class LoopRuntime;

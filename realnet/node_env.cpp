@@ -77,7 +77,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "PS_VERBOSE",
                                               "BYTEPS_LOG_LEVEL",
                                               "DMLC_PS_VAN_TYPE",
-                                              "PSTWIN_NIC_RATE"};
+                                              "PSTWIN_NIC_RATE",
+                                              "PSTWIN_PACING"};
   return names;
 }
 
@@ -177,6 +178,13 @@ NodeEnv parse_node_env(const Env& env) {
         integer("PSTWIN_NIC_RATE", *v, 1, std::int64_t{1} << 40,
                 "this node's NIC rate in bytes per second, e.g. 125000000 for 1 Gb/s, or auto (the speed the "
                 "kernel reports for the interface of DMLC_NODE_HOST); unset: no pacing or receive shaping"));
+  if (const auto* v = find(env, "PSTWIN_PACING"); v != nullptr && !v->empty()) {
+    if (*v != "user" && *v != "kernel")
+      bad("PSTWIN_PACING", *v,
+          "user (the epoll van holds a paced connection a message at a time; the default) or kernel "
+          "(SO_MAX_PACING_RATE)");
+    out.kernel_pacing = *v == "kernel";
+  }
   return out;
 }
 

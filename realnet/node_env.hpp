@@ -43,6 +43,7 @@ struct NodeEnv {
   Van van = Van::kZmq;                // DMLC_PS_VAN_TYPE: zmq or epoll
   double nic_rate_Bps = 0;            // PSTWIN_NIC_RATE (bytes/s): the epoll van paces to shares of it
   bool nic_rate_auto = false;         // PSTWIN_NIC_RATE=auto: read from the kernel at start (nic_rate.hpp)
+  bool kernel_pacing = false;         // PSTWIN_PACING=kernel: SO_MAX_PACING_RATE instead of the van's own
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

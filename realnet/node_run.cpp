@@ -229,7 +229,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .seed = sc.seed,
                                                       .bind = env.bind_address(),
                                                       .linger_ms = 1000,
-                                                      .nic_rate_Bps = nic_rate_Bps});
+                                                      .nic_rate_Bps = nic_rate_Bps,
+                                                      .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
   std::unique_ptr<Node> protocol;

@@ -79,8 +79,12 @@ void Stream::send_current() {
     });
     return;
   }
-  // The tighter of the sender's pacing and the receiver's shaping bounds the flow (0: no bound).
-  const double receive_Bps = to_.receive_rate(from_.self());
+  // The tighter of the sender's pacing and the receiver's shaping bounds the flow (0: no bound),
+  // except where the receiver shapes by reading slower (the FIFO twin of the epoll van): that holds
+  // the message after it crossed the links.
+  const auto& sim = from_.cluster().scenario().sim;
+  const bool shaped_on_read = sim.network_model == "fifo" && sim.fifo_host != "turns";
+  const double receive_Bps = shaped_on_read ? 0 : to_.receive_rate(from_.self());
   const double bound_Bps = pacing_Bps_ > 0 && receive_Bps > 0 ? std::min(pacing_Bps_, receive_Bps)
                                                               : std::max(pacing_Bps_, receive_Bps);
   const double max_rate = bound_Bps > 0 ? bound_Bps : MessageNetwork::kUnbounded;
@@ -100,7 +104,7 @@ void Stream::send_current() {
   }
   // Queues between sender and receiver: the connection takes its next message once this one is
   // on the wire, and this one is delivered when its last packet arrives.
-  from_.flow_queue().acquire([this, &network, bytes, max_rate] {
+  from_.flow_queue().acquire([this, &network, bytes, max_rate, shaped_on_read] {
     const bool bulk = !fpt::is_control(current_);
     auto in_flight = std::make_shared<Message>(std::move(current_));
     network.start(
@@ -110,8 +114,14 @@ void Stream::send_current() {
           from_.transmitted(to_id_, bulk);
           next();
         },
-        [this, in_flight, header = header_, start = start_] {
-          deliver(std::move(*in_flight), header, start);
+        [this, &network, in_flight, header = header_, start = start_, bytes, shaped_on_read] {
+          const double wait = shaped_on_read ? reader_delay(bytes) : 0;
+          if (wait <= 0) {
+            deliver(std::move(*in_flight), header, start);
+            return;
+          }
+          network.after(wait,
+                        [this, in_flight, header, start] { deliver(std::move(*in_flight), header, start); });
         },
         max_rate);
   });
@@ -161,6 +171,26 @@ bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) 
   to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start, end, carried);
   to_.deliver(std::move(message));
   return true;
+}
+
+double Stream::reader_delay(double bytes) {
+  const double now = s4u::Engine::get_clock();
+  const double rate = to_.receive_rate(from_.self());
+  const double start = std::max(now, reader_free_at_);
+  if (rate <= 0) {
+    reader_free_at_ = start;
+    return start - now;
+  }
+  const double depth = std::max(fpt::kReaderBurstMinBytes, rate * fpt::kReaderBurstSeconds);
+  if (reader_tokens_ < 0) {
+    reader_tokens_ = depth;
+    reader_at_ = start;
+  }
+  reader_tokens_ = std::min(depth, reader_tokens_ + (start - reader_at_) * rate);
+  const double wait = std::max(0.0, (bytes - reader_tokens_) / rate);
+  reader_tokens_ += wait * rate - bytes;
+  reader_at_ = reader_free_at_ = start + wait;
+  return reader_free_at_ - now;
 }
 
 // A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
@@ -452,8 +482,16 @@ Cluster::Cluster(const Scenario& scenario, Platform& platform) : scenario_(scena
     network_ = std::make_unique<FlowNetwork>(platform.bandwidth_factor, platform.latency_factor,
                                              platform.cross_traffic > 0, platform.hosts.begin()->second);
   } else if (scenario.sim.network_model == "fifo") {
+    FifoLinks::Options fifo;
+    if (scenario.sim.fifo_host != "turns") fifo.host_queue = FifoLinks::HostQueue::kMessages;
+    // SO_MAX_PACING_RATE after idling, as measured through tbf (docs/FPT.md): bursts of ~2 messages.
+    if (scenario.sim.fifo_host == "kernel-pacing") fifo.pacing_burst_bytes = 16384;
+    if (scenario.sim.fifo_link_bucket == "tbf") {  // realnet/netns_cluster.cpp's bucket_bytes
+      fifo.link_burst_s = 1e-3;
+      fifo.link_burst_min_bytes = 16384;
+    }
     network_ = std::make_unique<FifoNetwork>(platform.bandwidth_factor, platform.latency_factor,
-                                             platform.hosts.begin()->second);
+                                             platform.hosts.begin()->second, fifo);
   }
   for (const auto& link : platform_.links) link_bytes_[link.name] = 0;
 }

@@ -64,6 +64,9 @@ class Stream {
   void begin();         // the transport takes `current_`: its bytes are fixed now
   void arrive();        // `current_` reached the peer
   bool deliver(Message message, const HeaderBytes& header, Seconds start);  // to the peer; false: refused
+  // sim.fifo_host "epoll"/"kernel-pacing": seconds from a message's arrival until the receiver's
+  // shaping lets it be read (the epoll van's token bucket, fpt::kReaderBurst*), in arrival order.
+  double reader_delay(double bytes);
   double control_latency();                 // a header-only message's cost: the route's latency
   void transmit(std::uint64_t wire_bytes);  // SimGrid's model: blocks the stream's actor
   SimNode& from_;
@@ -72,6 +75,9 @@ class Stream {
   std::string lane_name_;
   double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
   double pacing_Bps_ = 0;        // bulk messages' rate bound (send pool pacing), 0: none
+  double reader_tokens_ = -1;    // reader_delay's bucket (-1: not started, full at first use)
+  double reader_at_ = 0;         // ... brought up to date then
+  double reader_free_at_ = 0;    // the last message read no earlier than this
   std::map<SendOrderKey, Message> queue_;
   bool busy_ = false;  // flow model: `current_` is in transmission
   Message current_;

@@ -16,15 +16,18 @@ constexpr double kByteEpsilon = 0.5;
 
 // ---------------------------------------------------------------- FifoLinks
 
-int FifoLinks::add_link(double capacity) {
+int FifoLinks::add_link(double capacity, double burst_bytes) {
   if (!(capacity > 0)) throw std::invalid_argument("FifoLinks: a link's capacity must be positive");
+  if (!(burst_bytes >= 0)) throw std::invalid_argument("FifoLinks: a link's burst must be >= 0");
   links_.push_back({});
   links_.back().capacity = capacity;
+  links_.back().burst = burst_bytes;
+  links_.back().tokens = burst_bytes;
   return static_cast<int>(links_.size()) - 1;
 }
 
 void FifoLinks::send(double now, std::vector<Hop> hops, double bytes, double max_rate,
-                     std::function<void()> sent, std::function<void()> done) {
+                     std::function<void()> sent, std::function<void()> done, int connection) {
   if (hops.empty() || !(bytes > 0)) throw std::invalid_argument("FifoLinks::send: needs a hop and bytes > 0");
   now_ = now;
   const auto id = next_message_++;
@@ -37,8 +40,44 @@ void FifoLinks::send(double now, std::vector<Hop> hops, double bytes, double max
   message.next_release = now;
   message.sent = std::move(sent);
   message.done = std::move(done);
+  if (options_.host_queue == HostQueue::kMessages) {
+    auto [entry, fresh] = connections_.try_emplace(connection);
+    Connection& conn = entry->second;
+    if (fresh) conn.tokens = options_.pacing_burst_bytes;  // a new connection has been idle
+    conn.waiting.push_back(id);
+    if (conn.waiting.size() == 1 && !conn.wake_scheduled) release(now, connection);
+    return;
+  }
   links_.at(static_cast<std::size_t>(first)).senders.push_back(id);
   try_start(now, first);
+}
+
+void FifoLinks::release(double now, int connection) {
+  Connection& conn = connections_.at(connection);
+  while (!conn.waiting.empty()) {
+    const auto id = conn.waiting.front();
+    Message& message = messages_.at(id);
+    if (!std::isinf(message.max_rate)) {
+      conn.tokens =
+          std::min(options_.pacing_burst_bytes, conn.tokens + (now - conn.updated) * message.max_rate);
+      conn.updated = now;
+      if (conn.tokens < -kByteEpsilon) {
+        conn.wake_scheduled = true;
+        schedule(now - conn.tokens / message.max_rate,
+                 Event{.kind = Kind::kRelease, .link = connection, .packet = {}, .sent = {}});
+        return;
+      }
+      conn.tokens -= message.unsent;
+    }
+    conn.waiting.pop_front();
+    const int first = message.hops.front().link;
+    Link& link = links_[static_cast<std::size_t>(first)];
+    for (double left = message.unsent; left > kByteEpsilon; left -= kPacketBytes)
+      link.arrived.push_back(Packet{id, std::min(kPacketBytes, left), 0});
+    message.unsent = 0;
+    schedule(now, Event{.kind = Kind::kSent, .sent = std::move(message.sent)});
+    try_start(now, first);
+  }
 }
 
 double FifoLinks::next_event() const {
@@ -65,6 +104,10 @@ void FifoLinks::run_until(double now) {
         break;
       case Kind::kSent:
         if (event.sent) event.sent();
+        break;
+      case Kind::kRelease:
+        connections_.at(event.link).wake_scheduled = false;
+        release(time, event.link);
         break;
       case Kind::kWake:
         links_[static_cast<std::size_t>(event.link)].wake_at = -1;
@@ -112,9 +155,13 @@ void FifoLinks::try_start(double now, int index) {
 
 void FifoLinks::transmit(double now, int index, Packet packet) {
   Link& link = links_[static_cast<std::size_t>(index)];
-  const double seconds = packet.bytes / link.capacity;
+  // tbf: the packet waits until the bucket holds its bytes (without a bucket: its serialisation).
+  link.tokens = std::min(link.burst, link.tokens + (now - link.refilled) * link.capacity);
+  const double seconds = std::max(0.0, (packet.bytes - link.tokens) / link.capacity);
+  link.tokens += seconds * link.capacity - packet.bytes;
+  link.refilled = now + seconds;
   link.busy = true;
-  link.busy_s += seconds;
+  link.busy_s += packet.bytes / link.capacity;
   const double latency = messages_.at(packet.message).hops[packet.hop].latency;
   schedule(now + seconds, Event{.kind = Kind::kLinkFree, .link = index, .packet = {}, .sent = {}});
   schedule(now + seconds + latency, Event{.kind = Kind::kArrive, .link = -1, .packet = packet, .sent = {}});
@@ -138,9 +185,13 @@ void FifoLinks::arrive(double now, Packet packet) {
 
 // ---------------------------------------------------------------- FifoNetwork
 
-FifoNetwork::FifoNetwork(double bandwidth_factor, double latency_factor, s4u::Host* home)
+FifoNetwork::FifoNetwork(double bandwidth_factor, double latency_factor, s4u::Host* home,
+                         FifoLinks::Options options)
     : bandwidth_factor_(bandwidth_factor),
       latency_factor_(latency_factor),
+      link_burst_s_(options.link_burst_s),
+      link_burst_min_bytes_(options.link_burst_min_bytes),
+      links_(options),
       mutex_(s4u::Mutex::create()),
       wake_(s4u::ConditionVariable::create()) {
   s4u::Actor::create("fifo-network", home, [this] { run(); })->daemonize();
@@ -150,6 +201,7 @@ const FifoNetwork::Route& FifoNetwork::route(s4u::Host* from, s4u::Host* to) {
   const auto key = std::make_pair(from->get_name(), to->get_name());
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
   Route route;
+  route.connection = static_cast<int>(routes_.size());
   std::vector<s4u::Link*> links;
   from->route_to(to, links, nullptr);
   for (const auto* link : links) {
@@ -162,7 +214,13 @@ const FifoNetwork::Route& FifoNetwork::route(s4u::Host* from, s4u::Host* to) {
     }
     auto id = link_ids_.find(link->get_name());
     if (id == link_ids_.end())
-      id = link_ids_.emplace(link->get_name(), links_.add_link(bandwidth_factor_ * link->get_bandwidth()))
+      id = link_ids_
+               .emplace(link->get_name(),
+                        links_.add_link(bandwidth_factor_ * link->get_bandwidth(),
+                                        link_burst_s_ > 0 ? std::max(link_burst_min_bytes_,
+                                                                     link_burst_s_ * link->get_bandwidth()) *
+                                                                bandwidth_factor_
+                                                          : 0))
                .first;
     route.hops.push_back({id->second, latency});
   }
@@ -183,7 +241,7 @@ void FifoNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::funct
     });
     return;
   }
-  links_.send(now, path.hops, bytes, max_rate, std::move(sent), std::move(done));
+  links_.send(now, path.hops, bytes, max_rate, std::move(sent), std::move(done), path.connection);
   wake_->notify_one();
 }
 

@@ -309,13 +309,14 @@ TEST(EpollTransport, OnePayloadToSeveralPeersArrivesIntactAtEach) {
   EXPECT_TRUE(c_in.wait_errors(0).empty());
 }
 
-// The pool's pacing (a link rate set) reaches the kernel: a connection lighter than the heaviest gets
+// Kernel pacing (a link rate set, Pacing::kKernel): a connection lighter than the heaviest gets
 // SO_MAX_PACING_RATE = link rate x weight / total weight, the heaviest and an equal split none.
-TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
+TEST(EpollTransport, KernelPacingSetsTheSocketsPacingRate) {
   constexpr auto kUnpaced = std::numeric_limits<std::uint64_t>::max();
   Inbox a_in, b_in, c_in;
   EpollTransport::Options paced;
   paced.pool.link_rate_Bps = 1e9;
+  paced.pacing = EpollTransport::Options::Pacing::kKernel;
   EpollTransport a(2, paced, a_in.callbacks());
   EpollTransport b(3, EpollTransport::Options{}, b_in.callbacks());
   EpollTransport c(4, EpollTransport::Options{}, c_in.callbacks());
@@ -343,6 +344,13 @@ TEST(EpollTransport, PoolPacingSetsTheSocketsPacingRate) {
   ASSERT_FALSE(d.connect(3, "127.0.0.1", b.port()).has_value());
   ASSERT_FALSE(d.set_weights(1, std::vector<PeerWeight>{{3, 1}, {4, 4}}).has_value());
   EXPECT_EQ(d.pacing_rate(3), kUnpaced);
+  // User pacing (the default) holds connections itself and leaves the kernel's rate alone.
+  EpollTransport::Options user;
+  user.pool.link_rate_Bps = 1e9;
+  EpollTransport e(6, user, a_in.callbacks());
+  ASSERT_FALSE(e.connect(3, "127.0.0.1", b.port()).has_value());
+  ASSERT_FALSE(e.set_weights(1, std::vector<PeerWeight>{{3, 1}, {4, 4}}).has_value());
+  EXPECT_EQ(e.pacing_rate(3), kUnpaced);
 }
 
 // What a transport delivered and when, for the shaping tests: their bounds are lower bounds on the
@@ -396,19 +404,32 @@ class TimedInbox {
   std::vector<Arrival> arrivals_;
 };
 
-// The pool's pacing on real sockets: with weights 4:1 the light destination's connection is paced
-// by the kernel (SO_MAX_PACING_RATE) at a fifth of the link, the heavy one not at all. Linux's TCP
-// pacing lets a flow run a little over its cap (5.4 MB/s for 5 on this machine's loopback), so the
-// bound allows a quarter more.
-TEST(EpollTransport, PoolPacingHoldsALightDestinationToItsShare) {
+// The pool's pacing on real sockets: with weights 4:1 the light destination's connection is held to
+// a fifth of the link, the heavy one not at all. By the van (Pacing::kUser) a message at a time; by
+// the kernel (SO_MAX_PACING_RATE), whose TCP pacing lets a flow run a little over its cap (5.4 MB/s
+// for 5 on this machine's loopback). The bound allows a quarter more. With `own_threads` false the sender is
+// driven as the epoll van drives it: pump() and poll() on the owner's thread, the poll cut short when a held
+// connection is due.
+void expect_pacing_holds_a_light_destination_to_its_share(EpollTransport::Options::Pacing pacing,
+                                                          bool own_threads) {
   constexpr double kLinkRate = 8e6;  // bytes/s: the light destination's share (1 of 5) is 1.6 MB/s
   constexpr int kMessages = 32;
   constexpr std::uint64_t kPayload = 64 * 1024;
   EpollTransport::Options paced;
   paced.pool.link_rate_Bps = kLinkRate;
+  paced.pacing = pacing;
+  paced.own_threads = own_threads;
   Inbox unused;
   TimedInbox heavy_in, light_in;
   EpollTransport sender(2, paced, unused.callbacks());
+  std::jthread owner;
+  if (!own_threads)
+    owner = std::jthread([&sender](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        sender.pump();
+        sender.poll(50);
+      }
+    });
   EpollTransport heavy(3, EpollTransport::Options{}, heavy_in.callbacks());
   EpollTransport light(4, EpollTransport::Options{}, light_in.callbacks());
   ASSERT_FALSE(sender.set_weights(1, std::vector<PeerWeight>{{3, 4}, {4, 1}}).has_value());
@@ -428,6 +449,18 @@ TEST(EpollTransport, PoolPacingHoldsALightDestinationToItsShare) {
   EXPECT_GE(light_span.seconds, static_cast<double>(light_span.bytes) / (1.25 * kLinkRate / 5))
       << light_span.bytes << " bytes";
   EXPECT_LT(heavy_span.last, light_span.last) << "the unpaced destination finishes first";
+}
+
+TEST(EpollTransport, UserPacingHoldsALightDestinationToItsShare) {
+  expect_pacing_holds_a_light_destination_to_its_share(EpollTransport::Options::Pacing::kUser, true);
+}
+
+TEST(EpollTransport, UserPacingHoldsALightDestinationToItsShareWhenPolled) {
+  expect_pacing_holds_a_light_destination_to_its_share(EpollTransport::Options::Pacing::kUser, false);
+}
+
+TEST(EpollTransport, KernelPacingHoldsALightDestinationToItsShare) {
+  expect_pacing_holds_a_light_destination_to_its_share(EpollTransport::Options::Pacing::kKernel, true);
 }
 
 // Receive-side shaping on real sockets: the receiver reads a lighter sender's connection no faster

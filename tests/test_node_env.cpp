@@ -186,6 +186,15 @@ TEST(NodeEnv, NicRateIsBytesPerSecondOrRefusedByName) {
   }
 }
 
+TEST(NodeEnv, PacingIsTheVansOrTheKernelsByName) {
+  EXPECT_FALSE(parse_node_env(worker_env()).kernel_pacing);  // unset: the van's own
+  EXPECT_FALSE(parse_node_env(with(worker_env(), "PSTWIN_PACING", "user")).kernel_pacing);
+  EXPECT_TRUE(parse_node_env(with(worker_env(), "PSTWIN_PACING", "kernel")).kernel_pacing);
+  const auto error = error_of(with(worker_env(), "PSTWIN_PACING", "fq"));
+  EXPECT_NE(error.find("PSTWIN_PACING=\"fq\""), std::string::npos) << error;
+  EXPECT_NE(error.find("SO_MAX_PACING_RATE"), std::string::npos) << error;
+}
+
 TEST(NodeEnv, NicRateAutoIsReadFromTheInterfaceOfTheNodesAddress) {
   const auto env = parse_node_env(with(worker_env(), "PSTWIN_NIC_RATE", "auto"));
   EXPECT_TRUE(env.nic_rate_auto);

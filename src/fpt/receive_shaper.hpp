@@ -18,6 +18,11 @@
 
 namespace pstwin::fpt {
 
+// The epoll van's reader bucket for a shaped connection: 10 ms at its rate, at least 128 KB (what a
+// reader may take at once after idling; the FIFO twin's "epoll" host models the same).
+inline constexpr double kReaderBurstSeconds = 0.01;
+inline constexpr double kReaderBurstMinBytes = 128 * 1024;
+
 class ReceiveShaper {
  public:
   explicit ReceiveShaper(double link_rate_Bps = 0) : link_rate_Bps_(link_rate_Bps) {}

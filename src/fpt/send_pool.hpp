@@ -76,7 +76,8 @@ class SendPool {
   // Pacing (options.link_rate_Bps > 0): the rate in bytes/s a connection to `destination` is to be held
   // to, 0 for none: fpt::shaped_rate of the table in force. DRR decides shares only where the pool is
   // the bottleneck; once a message is on the wire the NIC's own sharing takes over. The transport
-  // applies the rate (the simulator: a bound on the message's flow; a socket: SO_MAX_PACING_RATE).
+  // applies the rate (the simulator: a bound on the message's flow; the epoll van: a message at a
+  // time, or SO_MAX_PACING_RATE).
   double pacing_rate(NodeId destination) const;
 
   // A blocked destination (its socket is full) leaves the rotation until unblocked; its messages stay.

@@ -39,7 +39,7 @@ double shaped_rate(double link_rate_Bps, const WeightTable& table, NodeId peer) 
     sum += weight;
     heaviest = std::max(heaviest, weight);
   }
-  if (it->second >= heaviest) return 0;
+  if (it->second >= kNearHeaviest * heaviest) return 0;
   return link_rate_Bps * it->second / static_cast<double>(sum);
 }
 

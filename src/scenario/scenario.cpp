@@ -63,6 +63,8 @@ constexpr std::array<std::pair<Balancing, std::string_view>, 2> kBalancingNames{
     {{Balancing::kHash, "hash"}, {Balancing::kLb, "lb"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 3> kSimNetworkModels{"simgrid", "flow", "fifo"};
+constexpr std::array<std::string_view, 3> kFifoHosts{"epoll", "kernel-pacing", "turns"};
+constexpr std::array<std::string_view, 2> kFifoLinkBuckets{"tbf", "none"};
 constexpr std::array<std::string_view, 2> kLrSchedules{"constant", "cosine"};
 constexpr std::array<std::string_view, 3> kZenoScalings{"rescale", "clip", "none"};
 
@@ -994,20 +996,35 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("sim.node_flow_limit", PSTWIN_MEMBER(sim.node_flow_limit), IntCodec{0},
                          "Bulk messages a node transmits at once (0: one per connection). Large runs use a "
                          "small limit: the solver's cost grows with flows in flight."));
-  f.push_back(make_field("sim.send_pool_slots", PSTWIN_MEMBER(sim.send_pool_slots), IntCodec{0},
-                         "> 0: every node sends through FPT's send pool, as the epoll van does: at most this "
-                         "many bulk messages in transmission, one per connection, connections taking turns "
-                         "by deficit round robin weighted by the load balancer's decisions (docs/FPT.md); "
-                         "with sim.network_model = \"flow\" the pool also paces each connection lighter "
-                         "than the heaviest at its share of the NIC. 0: no pool, every connection sends on "
-                         "its own."));
+  f.push_back(make_field(
+      "sim.send_pool_slots", PSTWIN_MEMBER(sim.send_pool_slots), IntCodec{0},
+      "> 0: every node sends through FPT's send pool, as the epoll van does: at most this "
+      "many bulk messages in transmission, one per connection, connections taking turns "
+      "by deficit round robin weighted by the load balancer's decisions (docs/FPT.md); "
+      "with sim.network_model = \"flow\" or \"fifo\" the pool also paces each "
+      "connection lighter than the heaviest at its share of the NIC. 0: no pool, every connection sends on "
+      "its own."));
   f.push_back(make_field(
       "sim.network_model", PSTWIN_MEMBER(sim.network_model), ChoiceCodec{kSimNetworkModels},
       "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver), \"flow\" (pstwin's own "
       "max-min model of the same sharing rules, much faster with thousands of flows in flight; not with "
       "network.model = \"SMPI\"; docs/PERFORMANCE.md, \"Simulator scale\") or \"fifo\" (packets queued "
       "at every link and served in order, as tbf and a switch port do on a namespace cluster; a host's "
-      "connections take turns on its NIC; docs/FPT.md, \"Namespace clusters\")."));
+      "messages enter its NIC's queue as sim.fifo_host says; docs/FPT.md, \"The twin with queues\")."));
+  f.push_back(make_field(
+      "sim.fifo_host", PSTWIN_MEMBER(sim.fifo_host), ChoiceCodec{kFifoHosts},
+      "With sim.network_model = \"fifo\": how a host's connections reach its NIC. \"epoll\": as the "
+      "epoll van on Linux (a message enters the host's queue whole; a paced connection sends a message, "
+      "then waits its size at its rate; receive shaping delays what the receiver reads, not the link). "
+      "\"kernel-pacing\": the same with the van's PSTWIN_PACING=kernel (SO_MAX_PACING_RATE lets a "
+      "message out at once after idling and repays in bursts: a 16 KB bucket). \"turns\": the NIC "
+      "takes turns among messages a packet each, each packet of a paced or shaped connection held to "
+      "its rate (docs/FPT.md, \"The twin with queues\")."));
+  f.push_back(make_field(
+      "sim.fifo_link_bucket", PSTWIN_MEMBER(sim.fifo_link_bucket), ChoiceCodec{kFifoLinkBuckets},
+      "With sim.network_model = \"fifo\": \"tbf\": every link lets a burst through at once as tbf "
+      "does on a namespace cluster (a bucket of max(16 KB, 1 ms at its rate), what `pstwin run --netns` "
+      "sets); \"none\": a packet always takes its size at the link's rate, as a NIC."));
   f.push_back(make_field(
       "sim.simgrid_config", PSTWIN_MEMBER(sim.simgrid_config),
       StringListCodec{"SimGrid setting", "[\"network/crosstraffic:0\"]"},

@@ -195,6 +195,14 @@ struct SimConfig {
   // (sim/flow_network.hpp), same sharing rules, cost local to the links a flow touches. "fifo":
   // packets queued at every link (sim/fifo_network.hpp).
   std::string network_model = "simgrid";
+  // network_model = "fifo": how a host's connections reach its NIC. "epoll": the epoll van on Linux,
+  // a message enters the host's queue whole, a paced connection a message at a time, receive shaping
+  // delays what the reader takes. "kernel-pacing": the same with SO_MAX_PACING_RATE's bursts.
+  // "turns": the NIC takes turns among messages a packet each, pacing and shaping bound the packets.
+  std::string fifo_host = "epoll";
+  // network_model = "fifo": "tbf": every link a token bucket as `pstwin run --netns` shapes it
+  // (max(16 KB, 1 ms at its rate)); "none": a packet always takes size / rate.
+  std::string fifo_link_bucket = "tbf";
 };
 
 // ps.balancing = "lb": the scheduler's load balancer (src/ps/load_balancer.hpp, docs/FPT.md).
