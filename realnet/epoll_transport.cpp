@@ -261,7 +261,7 @@ void EpollTransport::pace(OutConnection& connection, std::uint64_t bytes, double
   connection.paid_at = now;
   if (connection.held_until <= 0) ++held_;
   connection.held_until = now + connection.debt_bytes / rate;
-  pool_.set_blocked(connection.peer, true);
+  pool_.set_paced(connection.peer, true);
 }
 
 void EpollTransport::release_paced(double now) {
@@ -270,7 +270,7 @@ void EpollTransport::release_paced(double now) {
     if (connection->held_until <= 0 || connection->held_until > now) continue;
     connection->held_until = 0;
     --held_;
-    if (!connection->blocked) pool_.set_blocked(peer, false);
+    pool_.set_paced(peer, false);
   }
 }
 
@@ -425,7 +425,7 @@ bool EpollTransport::flush(OutConnection& connection) {
     connection.blocked = false;
     epoll_ctl(out_epoll(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
     std::lock_guard lock(mutex_);
-    if (connection.held_until <= 0) pool_.set_blocked(connection.peer, false);
+    pool_.set_blocked(connection.peer, false);
   }
   return true;
 }

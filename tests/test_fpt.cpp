@@ -182,6 +182,26 @@ TEST(FptSendPool, ControlBypassesDataButWaitsForABlockedDestination) {
   EXPECT_TRUE(pool.empty());
 }
 
+TEST(FptSendPool, APacedDestinationsDataWaitsButItsControlGoes) {
+  SendPool pool;
+  enqueue_ok(pool, 2, data(9, 100, 1));
+  enqueue_ok(pool, 3, data(9, 100, 4));
+  pool.set_paced(2, true);
+  enqueue_ok(pool, 2, control(2));
+  EXPECT_EQ(pool.next()->message.header.key, 2u) << "control to a paced destination goes";
+  EXPECT_EQ(pool.next()->message.header.key, 4u) << "the others' data goes";
+  EXPECT_FALSE(pool.next().has_value()) << "destination 2's data waits for the pacing";
+  // Blocked as well (its socket is full): released from pacing, it still waits for the socket.
+  enqueue_ok(pool, 2, control(3));
+  pool.set_blocked(2, true);
+  pool.set_paced(2, false);
+  EXPECT_FALSE(pool.next().has_value());
+  pool.set_blocked(2, false);
+  EXPECT_EQ(pool.next()->message.header.key, 3u);
+  EXPECT_EQ(pool.next()->message.header.key, 1u);
+  EXPECT_TRUE(pool.empty());
+}
+
 TEST(FptSendPool, EmptyUnknownAndDroppedDestinations) {
   SendPool pool;
   EXPECT_FALSE(pool.next().has_value());

@@ -67,7 +67,7 @@ std::optional<std::string> SendPool::enqueue(NodeId destination_id, Message mess
 }
 
 void SendPool::activate(NodeId id, Destination& d) {
-  if (d.active || d.blocked || d.data.empty()) return;
+  if (d.active || d.blocked || d.paced || d.data.empty()) return;
   d.active = true;
   if (std::exchange(d.interrupted_round, std::nullopt) == rounds_) {
     d.visited = true;  // the visit goes on where blocking cut it off
@@ -95,7 +95,7 @@ void SendPool::end_visit() {
   Destination& d = destinations_.at(id);
   d.visited = false;
   if (d.data.empty()) d.deficit = 0;  // an idle destination keeps no credit (classic DRR)
-  if (!d.data.empty() && !d.blocked) {
+  if (!d.data.empty() && !d.blocked && !d.paced) {
     active_.push_back(id);
   } else {
     d.active = false;
@@ -182,7 +182,18 @@ void SendPool::set_blocked(NodeId id, bool blocked) {
   Destination& d = destination(id);
   if (d.blocked == blocked) return;
   d.blocked = blocked;
-  if (!blocked) {
+  follow_holds(id, d);
+}
+
+void SendPool::set_paced(NodeId id, bool paced) {
+  Destination& d = destination(id);
+  if (d.paced == paced) return;
+  d.paced = paced;
+  follow_holds(id, d);
+}
+
+void SendPool::follow_holds(NodeId id, Destination& d) {
+  if (!d.blocked && !d.paced) {
     activate(id, d);
     return;
   }

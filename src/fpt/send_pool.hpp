@@ -82,6 +82,10 @@ class SendPool {
 
   // A blocked destination (its socket is full) leaves the rotation until unblocked; its messages stay.
   void set_blocked(NodeId destination, bool blocked);
+  // A paced destination (a transport holding it to pacing_rate, a message at a time) leaves the
+  // rotation the same way, but its control messages still go: an ack or a pull request is not the
+  // bytes pacing holds back.
+  void set_paced(NodeId destination, bool paced);
 
   // Removes and returns everything queued for `destination` (its connection is gone), control included.
   std::vector<Message> drop(NodeId destination);
@@ -106,8 +110,9 @@ class SendPool {
     Queue data;
     std::uint64_t deficit = 0;
     std::uint32_t weight = 1;
-    bool active = false;   // in active_ (backlogged and not blocked)
+    bool active = false;   // in active_ (backlogged, neither blocked nor paced)
     bool blocked = false;  // the transport cannot take more for it now
+    bool paced = false;    // the transport holds its data back for now (set_paced)
     bool visited = false;  // got its quantum in the current visit
     // Blocked in the middle of its visit (the transport took a message and its connection is full):
     // the round it happened in. Unblocked in the same round, it resumes that visit at the front with
@@ -118,6 +123,7 @@ class SendPool {
   };
 
   Destination& destination(NodeId id);
+  void follow_holds(NodeId id, Destination& d);  // in or out of the rotation as blocked/paced say
   void activate(NodeId id, Destination& d);
   void end_visit();           // the front destination's visit is over: rotate or retire it
   void start_round_if_due();  // applies pending weights and skips rounds in which nobody could send
