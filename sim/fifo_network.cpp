@@ -191,10 +191,8 @@ FifoNetwork::FifoNetwork(double bandwidth_factor, double latency_factor, s4u::Ho
       latency_factor_(latency_factor),
       link_burst_s_(options.link_burst_s),
       link_burst_min_bytes_(options.link_burst_min_bytes),
-      links_(options),
-      mutex_(s4u::Mutex::create()),
-      wake_(s4u::ConditionVariable::create()) {
-  s4u::Actor::create("fifo-network", home, [this] { run(); })->daemonize();
+      links_(options) {
+  start_daemon("fifo-network", home);
 }
 
 const FifoNetwork::Route& FifoNetwork::route(s4u::Host* from, s4u::Host* to) {
@@ -242,38 +240,7 @@ void FifoNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::funct
     return;
   }
   links_.send(now, path.hops, bytes, max_rate, std::move(sent), std::move(done), path.connection);
-  wake_->notify_one();
-}
-
-void FifoNetwork::after(double delay, std::function<void()> fire) {
-  timers_.emplace(std::make_pair(s4u::Engine::get_clock() + delay, next_sequence_++), std::move(fire));
-  wake_->notify_one();
-}
-
-void FifoNetwork::run() {
-  std::unique_lock lock(*mutex_);
-  while (true) {
-    const double now = s4u::Engine::get_clock();
-    // A callback may queue a message or timer that is due at once: repeat until quiet.
-    for (bool busy = true; busy;) {
-      busy = false;
-      while (!timers_.empty() && timers_.begin()->first.first <= now + kTimeEpsilon) {
-        auto due = timers_.extract(timers_.begin());
-        busy = true;
-        due.mapped()();
-      }
-      if (links_.next_event() <= now + kTimeEpsilon) {
-        busy = true;
-        links_.run_until(now);
-      }
-    }
-    double next = links_.next_event();
-    if (!timers_.empty()) next = std::min(next, timers_.begin()->first.first);
-    if (std::isinf(next))
-      wake_->wait(lock);
-    else
-      wake_->wait_until(lock, next);
-  }
+  wake();
 }
 
 }  // namespace pstwin::sim

@@ -131,13 +131,12 @@ class FifoLinks {
 
 // Drives FifoLinks from SimGrid, as FlowNetwork drives its solver: routes and latencies from the
 // platform, events in simulated time on one daemon actor.
-class FifoNetwork final : public MessageNetwork {
+class FifoNetwork final : public DaemonNetwork {
  public:
   FifoNetwork(double bandwidth_factor, double latency_factor, simgrid::s4u::Host* home,
               FifoLinks::Options options = {});
   void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> sent,
              std::function<void()> done, double max_rate = kUnbounded) override;
-  void after(double delay, std::function<void()> fire) override;
   bool separates_sent() const override { return true; }
 
  private:
@@ -148,7 +147,8 @@ class FifoNetwork final : public MessageNetwork {
     int connection = 0;                // one per (sender, receiver) host pair
   };
   const Route& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
-  void run();
+  double next_model_event() const override { return links_.next_event(); }
+  void run_model_until(double now) override { links_.run_until(now); }
 
   double bandwidth_factor_;
   double latency_factor_;
@@ -157,10 +157,6 @@ class FifoNetwork final : public MessageNetwork {
   FifoLinks links_;
   std::map<std::string, int, std::less<>> link_ids_;
   std::map<std::pair<std::string, std::string>, Route> routes_;
-  std::multimap<std::pair<double, std::uint64_t>, std::function<void()>> timers_;  // (time, sequence)
-  std::uint64_t next_sequence_ = 0;
-  simgrid::s4u::MutexPtr mutex_;
-  simgrid::s4u::ConditionVariablePtr wake_;
 };
 
 }  // namespace pstwin::sim

@@ -361,10 +361,8 @@ FlowNetwork::FlowNetwork(double bandwidth_factor, double latency_factor, bool cr
       latency_factor_(latency_factor),
       cross_traffic_(cross_traffic),
       weight_s_(simgrid::config::get_value<double>("network/weight-S")),
-      tcp_gamma_(simgrid::config::get_value<double>("network/TCP-gamma")),
-      mutex_(s4u::Mutex::create()),
-      wake_(s4u::ConditionVariable::create()) {
-  s4u::Actor::create("flow-network", home, [this] { run(); })->daemonize();
+      tcp_gamma_(simgrid::config::get_value<double>("network/TCP-gamma")) {
+  start_daemon("flow-network", home);
 }
 
 int FlowNetwork::link_index(const s4u::Link* link) {
@@ -405,54 +403,23 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
 void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> /*sent*/,
                         std::function<void()> done, double max_rate) {
   const Route& path = route(from, to);
-  const double join = s4u::Engine::get_clock() + path.latency * latency_factor_;
-  joining_.emplace(std::make_pair(join, next_sequence_++), Pending{bytes, &path, std::move(done), max_rate});
-  wake_->notify_one();
+  // The flow joins the sharing once its route's latency is paid.
+  after(path.latency * latency_factor_, [this, bytes, &path, done = std::move(done), max_rate]() mutable {
+    const auto id = solver_.add_flow(s4u::Engine::get_clock(), bytes, path.penalty,
+                                     std::min(path.bound, max_rate), path.uses);
+    if (id >= waiting_.size()) waiting_.resize(id + 1);
+    waiting_[id] = std::move(done);
+  });
 }
 
-void FlowNetwork::after(double delay, std::function<void()> fire) {
-  joining_.emplace(std::make_pair(s4u::Engine::get_clock() + delay, next_sequence_++),
-                   Pending{0, nullptr, std::move(fire)});
-  wake_->notify_one();
-}
-
-void FlowNetwork::run() {
-  std::unique_lock lock(*mutex_);
+void FlowNetwork::run_model_until(double now) {
   while (true) {
-    const double now = s4u::Engine::get_clock();
-    // A callback may start a flow or timer that is due at once (no latency): repeat until quiet.
-    for (bool busy = true; busy;) {
-      busy = false;
-      while (!joining_.empty() && joining_.begin()->first.first <= now + kTimeEpsilon) {
-        auto due = joining_.extract(joining_.begin());
-        Pending& pending = due.mapped();
-        busy = true;
-        if (!pending.route) {
-          pending.done();
-          continue;
-        }
-        const auto id =
-            solver_.add_flow(now, pending.bytes, pending.route->penalty,
-                             std::min(pending.route->bound, pending.max_rate), pending.route->uses);
-        if (id >= waiting_.size()) waiting_.resize(id + 1);
-        waiting_[id] = std::move(pending.done);
-      }
-      while (true) {
-        const auto [time, id] = solver_.next_completion();
-        if (time > now + kTimeEpsilon) break;
-        solver_.remove_flow(now, id);
-        auto done = std::move(waiting_[id]);
-        waiting_[id] = nullptr;
-        busy = true;
-        done();
-      }
-    }
-    double next = solver_.next_completion().first;
-    if (!joining_.empty()) next = std::min(next, joining_.begin()->first.first);
-    if (std::isinf(next))
-      wake_->wait(lock);
-    else
-      wake_->wait_until(lock, next);
+    const auto [time, id] = solver_.next_completion();
+    if (time > now + kTimeEpsilon) break;
+    solver_.remove_flow(now, id);
+    auto done = std::move(waiting_[id]);
+    waiting_[id] = nullptr;
+    done();
   }
 }
 

@@ -89,13 +89,12 @@ class MaxMinFlows {
 // Drives MaxMinFlows from SimGrid: routes and parameters from the platform, completions in
 // simulated time. Callbacks run on the network's own actor, in (time, call order) order; they may
 // start flows and timers, but must not block.
-class FlowNetwork final : public MessageNetwork {
+class FlowNetwork final : public DaemonNetwork {
  public:
   FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, simgrid::s4u::Host* home);
   // A flow has no queue: `sent` is not called, `done` runs when the last byte arrived.
   void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> sent,
              std::function<void()> done, double max_rate = kUnbounded) override;
-  void after(double delay, std::function<void()> fire) override;
   bool separates_sent() const override { return false; }
 
  private:
@@ -105,15 +104,10 @@ class FlowNetwork final : public MessageNetwork {
     double bound = MaxMinFlows::kUnbounded;
     std::vector<MaxMinFlows::Use> uses;
   };
-  struct Pending {
-    double bytes;
-    const Route* route;  // null: a timer
-    std::function<void()> done;
-    double max_rate = MaxMinFlows::kUnbounded;
-  };
   const Route& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
   int link_index(const simgrid::s4u::Link* link);
-  void run();
+  double next_model_event() const override { return solver_.next_completion().first; }
+  void run_model_until(double now) override;  // flows completed by then
 
   double bandwidth_factor_;
   double latency_factor_;
@@ -123,11 +117,7 @@ class FlowNetwork final : public MessageNetwork {
   MaxMinFlows solver_;
   std::map<std::string, int, std::less<>> link_ids_;
   std::map<std::pair<std::string, std::string>, Route> routes_;
-  std::multimap<std::pair<double, std::uint64_t>, Pending> joining_;  // (join time, sequence)
-  std::vector<std::function<void()>> waiting_;                        // by flow id: its completion
-  std::uint64_t next_sequence_ = 0;
-  simgrid::s4u::MutexPtr mutex_;
-  simgrid::s4u::ConditionVariablePtr wake_;
+  std::vector<std::function<void()>> waiting_;  // by flow id: its completion
 };
 
 }  // namespace pstwin::sim

@@ -2,8 +2,12 @@
 // bulk messages between hosts in simulated time, in place of SimGrid's solver.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
+#include <string>
+#include <utility>
 
 #include <simgrid/s4u.hpp>
 
@@ -24,6 +28,29 @@ class MessageNetwork {
   virtual void after(double delay, std::function<void()> fire) = 0;
   // True: `sent` and `done` are separate instants (messages wait in queues between them).
   virtual bool separates_sent() const = 0;
+};
+
+// What pstwin's own models share (FlowNetwork, FifoNetwork): one daemon actor that runs the timers
+// due now in (time, call order) order, then the model's own events due now, again until nothing more
+// is due, then sleeps until the next. Callbacks run on that actor and may start messages and timers,
+// but must not block.
+class DaemonNetwork : public MessageNetwork {
+ public:
+  void after(double delay, std::function<void()> fire) final;
+
+ protected:
+  DaemonNetwork();
+  void start_daemon(const std::string& name, simgrid::s4u::Host* home);  // a constructor's last step
+  void wake();                                                           // the model has a new event
+  virtual double next_model_event() const = 0;                           // infinity: none
+  virtual void run_model_until(double now) = 0;                          // everything due at or before `now`
+
+ private:
+  void run();
+  std::multimap<std::pair<double, std::uint64_t>, std::function<void()>> timers_;  // (time, sequence)
+  std::uint64_t next_sequence_ = 0;
+  simgrid::s4u::MutexPtr mutex_;
+  simgrid::s4u::ConditionVariablePtr wake_;
 };
 
 }  // namespace pstwin::sim

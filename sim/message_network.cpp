@@ -1,0 +1,53 @@
+#include "sim/message_network.hpp"
+
+#include <cmath>
+
+namespace pstwin::sim {
+namespace s4u = simgrid::s4u;
+
+namespace {
+constexpr double kTimeEpsilon = 1e-9;  // events this close to the clock are due: SimGrid's precision
+}  // namespace
+
+DaemonNetwork::DaemonNetwork() : mutex_(s4u::Mutex::create()), wake_(s4u::ConditionVariable::create()) {}
+
+void DaemonNetwork::start_daemon(const std::string& name, s4u::Host* home) {
+  s4u::Actor::create(name, home, [this] { run(); })->daemonize();
+}
+
+void DaemonNetwork::after(double delay, std::function<void()> fire) {
+  timers_.emplace(std::make_pair(s4u::Engine::get_clock() + delay, next_sequence_++), std::move(fire));
+  wake();
+}
+
+void DaemonNetwork::wake() {
+  wake_->notify_one();
+}
+
+void DaemonNetwork::run() {
+  std::unique_lock lock(*mutex_);
+  while (true) {
+    const double now = s4u::Engine::get_clock();
+    // A callback may start a message or a timer that is due at once: repeat until quiet.
+    for (bool busy = true; busy;) {
+      busy = false;
+      while (!timers_.empty() && timers_.begin()->first.first <= now + kTimeEpsilon) {
+        auto due = timers_.extract(timers_.begin());
+        busy = true;
+        due.mapped()();
+      }
+      if (next_model_event() <= now + kTimeEpsilon) {
+        busy = true;
+        run_model_until(now);
+      }
+    }
+    double next = next_model_event();
+    if (!timers_.empty()) next = std::min(next, timers_.begin()->first.first);
+    if (std::isinf(next))
+      wake_->wait(lock);
+    else
+      wake_->wait_until(lock, next);
+  }
+}
+
+}  // namespace pstwin::sim
