@@ -34,9 +34,6 @@ constexpr std::size_t kMaxIov = 128;                 // iovecs per sendmsg
 constexpr int kMaxEvents = 64;
 constexpr std::uint64_t kPooledFromBytes = 16 * 1024;  // smaller payloads come from malloc's caches
 
-// Receive shaping: a shaped connection may read a burst of this long at its rate (at least 128 KiB)
-// and, once out of tokens, sleeps until half of that is back: at most ~200 wake-ups a second.
-
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -253,7 +250,6 @@ void EpollTransport::apply_pacing(OutConnection& connection) {
 }
 
 void EpollTransport::pace(OutConnection& connection, std::uint64_t bytes, double now) {
-  if (options_.pacing != Options::Pacing::kUser || options_.pool.link_rate_Bps <= 0) return;
   const double rate = pool_.pacing_rate(connection.peer);
   if (rate <= 0) return;
   connection.debt_bytes =
@@ -446,8 +442,9 @@ bool EpollTransport::send_batch() {
   {
     std::lock_guard lock(mutex_);
     if (stopped_) return false;
-    const double now = held_ > 0 || options_.pacing == Options::Pacing::kUser ? seconds_now() : 0;
-    release_paced(now);
+    const bool user_pacing = options_.pacing == Options::Pacing::kUser && options_.pool.link_rate_Bps > 0;
+    const double now = user_pacing ? seconds_now() : 0;
+    if (user_pacing) release_paced(now);
     std::uint64_t bytes = 0;
     // One CRC for a payload that goes to several peers in this batch (the server's aggregate to
     // every worker): the earlier frame keeps those bytes alive until the batch is written.
@@ -469,7 +466,7 @@ bool EpollTransport::send_batch() {
       }
       OutConnection::Frame frame{encode_header_with_crc(out->message.header, payload, crc), payload};
       bytes += frame.size();
-      if (!payload.is_phantom() && payload.size() > 0) pace(connection, frame.size(), now);
+      if (user_pacing && !payload.is_phantom() && payload.size() > 0) pace(connection, frame.size(), now);
       connection.frames.push_back(std::move(frame));
       const auto end = touched.begin() + static_cast<std::ptrdiff_t>(touched_count);
       if (std::find(touched.begin(), end, &connection) == end) touched[touched_count++] = &connection;

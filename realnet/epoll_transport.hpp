@@ -160,8 +160,8 @@ class EpollTransport {
   int out_epoll() const { return options_.own_threads ? send_epoll_.get() : receive_epoll_.get(); }
   bool idle() const;
   void apply_pacing(OutConnection& connection);  // mutex_ held
-  // User pacing (mutex_ held): a message of `bytes` just committed to `connection`; holds it out of
-  // the pool's rotation until its rate has paid for them.
+  // User pacing (mutex_ held): a message of `bytes` just committed to `connection`, which is paced;
+  // holds its data out of the pool's rotation (SendPool::set_paced) until its rate has paid for them.
   void pace(OutConnection& connection, std::uint64_t bytes, double now);
   void release_paced(double now);           // mutex_ held: connections whose hold is over go back
   int paced_timeout(int timeout_ms) const;  // cut short for the earliest paced release

@@ -18,8 +18,9 @@
 
 namespace pstwin::fpt {
 
-// The epoll van's reader bucket for a shaped connection: 10 ms at its rate, at least 128 KB (what a
-// reader may take at once after idling; the FIFO twin's "epoll" host models the same).
+// The epoll van's reader bucket for a shaped connection: 10 ms at its rate, at least 128 KB, what a
+// reader may take at once after idling; out of tokens it sleeps until half is back (at most ~200
+// wake-ups a second). The FIFO twin's "epoll" host delays deliveries by the same bucket.
 inline constexpr double kReaderBurstSeconds = 0.01;
 inline constexpr double kReaderBurstMinBytes = 128 * 1024;
 
