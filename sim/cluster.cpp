@@ -102,8 +102,9 @@ void Stream::send_current() {
     });
     return;
   }
-  // Queues between sender and receiver: the connection takes its next message once this one is
-  // on the wire, and this one is delivered when its last packet arrives.
+  // Queues between sender and receiver: the connection takes its next message once the network
+  // took this one (`sent`: the host's queue has it, or its last packet left the NIC), and this one
+  // is delivered when its last packet arrives (and the receiver's shaping lets it be read).
   from_.flow_queue().acquire([this, &network, bytes, max_rate, shaped_on_read] {
     const bool bulk = !fpt::is_control(current_);
     auto in_flight = std::make_shared<Message>(std::move(current_));

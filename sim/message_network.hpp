@@ -18,8 +18,9 @@ class MessageNetwork {
   static constexpr double kUnbounded = std::numeric_limits<double>::infinity();
   virtual ~MessageNetwork() = default;
   // Sends `bytes` from `from` to `to` at most at `max_rate` bytes/s (a paced connection). `sent` runs
-  // when the sender's NIC has put the last byte on the wire (the connection may take its next
-  // message), `done` when the last byte arrived. A model without queues runs `done` and nothing else:
+  // when the sender has handed the message on (the connection may take its next one: the FIFO
+  // model's host queue took it whole, or its NIC put the last byte on the wire), `done` when the
+  // last byte arrived. A model without queues runs `done` and nothing else:
   // see separates_sent().
   virtual void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes,
                      std::function<void()> sent, std::function<void()> done,
