@@ -293,6 +293,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
   if (p.balancing) j["balancing"] = balancing_json(*p.balancing);
   if (p.validation) j["validation"] = validation_json(*p.validation);
+  if (p.staleness) j["staleness"] = staleness_json(*p.staleness);
   return j;
 }
 
@@ -331,6 +332,7 @@ NodePart part_from_json(const nlohmann::json& j) {
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
   if (j.contains("balancing")) p.balancing = balancing_from_json(j.at("balancing"));
   if (j.contains("validation")) p.validation = validation_from_json(j.at("validation"));
+  if (j.contains("staleness")) p.staleness = staleness_from_json(j.at("staleness"));
   return p;
 }
 
@@ -362,6 +364,10 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     if (part.validation) {                                  // two validators judge disjoint sets of workers
       if (!report.validation) report.validation.emplace();
       add_validation(*report.validation, *part.validation);
+    }
+    if (part.staleness) {  // each server (or aggregator) counted its own keys' pushes
+      if (!report.staleness) report.staleness.emplace();
+      add_staleness(*report.staleness, *part.staleness);
     }
     report.messages += part.messages;
     report.message_bytes += part.bytes_sent;

@@ -1,5 +1,6 @@
 // Observers (InvariantChecker, RunRecorder) are single-threaded; real nodes report from several
-// event-loop threads at once, so every report goes through one mutex.
+// event-loop threads at once, so every report goes through one mutex. Every RunObserver method must
+// be forwarded here: one left to the base's empty default is silently lost on the real backend.
 #pragma once
 
 #include <mutex>
@@ -47,6 +48,11 @@ class LockedObserver final : public RunObserver {
   void tag_checked(NodeId node, bool ok, const std::string& why) override {
     std::lock_guard lock(mutex_);
     target_.tag_checked(node, ok, why);
+  }
+  void push_staleness(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration,
+                      std::uint64_t staleness, bool applied) override {
+    std::lock_guard lock(mutex_);
+    target_.push_staleness(server, worker, key, iteration, staleness, applied);
   }
   void candidate_judged(int validator, int worker, std::uint32_t iteration, bool accepted) override {
     std::lock_guard lock(mutex_);

@@ -25,6 +25,7 @@
 #include "realnet/stop_signals.hpp"
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
+#include "report/staleness_recorder.hpp"
 #include "report/validation_recorder.hpp"
 #include "zeno/robust_training.hpp"
 
@@ -208,6 +209,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     observers.push_back(&balancing.emplace(sc, workload));
   ValidationRecorder validation;  // a validator's accept counts, merged into results.json's `validation`
   if (env.role == Role::kValidator) observers.push_back(&validation);
+  // Whoever aggregates (servers, worker aggregators) counts the pushes it applied and refused under
+  // ps.max_staleness; merged into results.json's `staleness`.
+  StalenessRecorder staleness{static_cast<std::uint64_t>(std::max(0, sc.ps.max_staleness))};
+  const bool counts_staleness =
+      sc.ps.max_staleness > 0 && (env.role == Role::kServer || env.role == Role::kWorker);
+  if (counts_staleness) observers.push_back(&staleness);
   ObserverFanout fanout(std::move(observers));
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
@@ -336,6 +343,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.trace_dropped = sent.trace_dropped;
   if (training) part.accuracy = accuracy.evaluate(*training);  // the run is over: not in its times
   if (env.role == Role::kValidator) part.validation = validation.summary();
+  if (counts_staleness) part.staleness = staleness.summary();
   if (balancing) {
     RunReport recorded;
     balancing->fill(recorded);

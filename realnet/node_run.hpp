@@ -51,6 +51,7 @@ struct NodePart {
   std::optional<AccuracyCurve> accuracy;  // worker 0 of an mlp run, evaluated after its run
   std::uint64_t trace_dropped = 0;
   std::optional<BalancingReport> balancing;     // the scheduler of a ps.balancing = "lb" run
+  std::optional<StalenessSummary> staleness;    // an aggregating node of an async run with ps.max_staleness
   std::optional<ValidationSummary> validation;  // a ZenoPS validator: its decisions on its workers
 };
 

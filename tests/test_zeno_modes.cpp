@@ -5,7 +5,10 @@
 // momentum learns the undefended model while taking ALIE's room.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -99,6 +102,41 @@ TEST(ZenoModes, BoundedStalenessNeverAppliesAPushBeyondTheBound) {
   const auto sync = run_pstwin("check scenarios/zeno_sync_1v.toml --set ps.max_staleness=2");
   EXPECT_EQ(sync.exit_code, 2) << sync.output;
   EXPECT_NE(sync.output.find("ps.max_staleness"), std::string::npos) << sync.output;
+}
+
+// The same bound across real processes: each server counts its own keys' pushes and `pstwin run`
+// merges the counts into results.json's `staleness` as the simulator writes it. Which pushes are
+// stale depends on real timing; that every push is counted once, applied or refused, does not.
+TEST(ZenoModes, ARealJobReportsEveryServersStalenessCounts) {
+  const std::string sets =
+      " --set roles.workers=4 --set roles.servers=2 --set roles.validators=0 --set zeno.rule=mean"
+      " --set attack.kind=none --set attack.probability=0 --set workload.iterations=20"
+      " --set train.eval_every=0 --set ps.max_staleness=1 --set ps.connect_timeout=60";
+  const auto sim_dir = fresh_dir("zeno-m-stale-sim"), real = fresh_dir("zeno-m-stale-real");
+  const auto s = run_pstwin("sim scenarios/zeno_async_1v.toml -q" + sets + " --out " + sim_dir.string());
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  std::vector<std::string> args{"run", "scenarios/zeno_async_1v.toml", "-q", "--out", real.string()};
+  std::istringstream words(sets);
+  for (std::string word; words >> word;) args.push_back(word);
+  testing::ChildProcess run(args, fresh_dir("zeno-m-stale-real-log") / "log");
+  ASSERT_EQ(run.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(300)), 0) << run.output();
+  const auto rs = read_json(sim_dir / "results.json"), rr = read_json(real / "results.json");
+  EXPECT_EQ(rr["invariants"]["violation_count"], 0) << rr["invariants"].dump();
+  ASSERT_TRUE(rr.contains("staleness")) << rr.dump();
+  const auto& sr = rs["staleness"];
+  const auto& r = rr["staleness"];
+  EXPECT_EQ(r["bound"], 1);
+  const auto total = [](const nlohmann::json& j) {
+    return j["applied"].get<int>() + j["refused"].get<int>();
+  };
+  // 4 workers x 20 iterations x the model's partitions, over both servers.
+  EXPECT_EQ(total(r), total(sr)) << "real " << r.dump() << "\nsim " << sr.dump();
+  EXPECT_GT(r["applied"].get<int>(), 0) << r.dump();
+  EXPECT_LE(r["max_applied"].get<int>(), 1) << r.dump();
+  EXPECT_GE(r["max_seen"].get<int>(), r["max_applied"].get<int>()) << r.dump();
+  int refused = 0;
+  for (const auto& w : r["refused_per_worker"]) refused += w.get<int>();
+  EXPECT_EQ(refused, r["refused"].get<int>()) << r.dump();
 }
 
 // Sync, 4 workers, 1 server, no validators: the plain mean over the round's participants.

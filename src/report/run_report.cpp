@@ -1,5 +1,6 @@
 #include "report/run_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -107,12 +108,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["model_digest"] = r.model_digest;
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
   if (r.validation) j["validation"] = validation_json(*r.validation);
-  if (r.staleness) {
-    const auto& s = *r.staleness;
-    j["staleness"] = {{"bound", s.bound},       {"applied", s.applied},
-                      {"refused", s.refused},   {"max_applied", s.max_applied},
-                      {"max_seen", s.max_seen}, {"refused_per_worker", s.refused_per_worker}};
-  }
+  if (r.staleness) j["staleness"] = staleness_json(*r.staleness);
   if (r.bound)
     j["bound"] = {
         {"time_s", r.bound->time_s}, {"achieved_s", r.bound->achieved_s}, {"formula", r.bound->formula}};
@@ -188,6 +184,29 @@ void add_validation(ValidationSummary& into, const ValidationSummary& more) {
   }
 }
 
+nlohmann::ordered_json staleness_json(const StalenessSummary& s) {
+  return {{"bound", s.bound},       {"applied", s.applied},
+          {"refused", s.refused},   {"max_applied", s.max_applied},
+          {"max_seen", s.max_seen}, {"refused_per_worker", s.refused_per_worker}};
+}
+
+StalenessSummary staleness_from_json(const nlohmann::json& s) {
+  return StalenessSummary{s.at("bound"),       s.at("applied"),  s.at("refused"),
+                          s.at("max_applied"), s.at("max_seen"), s.at("refused_per_worker")};
+}
+
+void add_staleness(StalenessSummary& into, const StalenessSummary& more) {
+  into.bound = more.bound;
+  into.applied += more.applied;
+  into.refused += more.refused;
+  into.max_applied = std::max(into.max_applied, more.max_applied);
+  into.max_seen = std::max(into.max_seen, more.max_seen);
+  if (into.refused_per_worker.size() < more.refused_per_worker.size())
+    into.refused_per_worker.resize(more.refused_per_worker.size(), 0);
+  for (std::size_t w = 0; w < more.refused_per_worker.size(); ++w)
+    into.refused_per_worker[w] += more.refused_per_worker[w];
+}
+
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy) {
   nlohmann::ordered_json j;
   j["final"] = accuracy.final_accuracy;
@@ -235,11 +254,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
   if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
-  if (j.contains("staleness")) {
-    const auto& s = j["staleness"];
-    r.staleness = StalenessSummary{s.at("bound"),       s.at("applied"),  s.at("refused"),
-                                   s.at("max_applied"), s.at("max_seen"), s.at("refused_per_worker")};
-  }
+  if (j.contains("staleness")) r.staleness = staleness_from_json(j["staleness"]);
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");

@@ -104,6 +104,10 @@ struct StalenessSummary {
   std::uint64_t max_seen = 0;                     // the largest staleness of any push
   std::vector<std::uint64_t> refused_per_worker;  // by rank
 };
+nlohmann::ordered_json staleness_json(const StalenessSummary& staleness);
+StalenessSummary staleness_from_json(const nlohmann::json& json);
+// Adds `more` (another server's keys) into `into`: counts summed, largest stalenesses kept.
+void add_staleness(StalenessSummary& into, const StalenessSummary& more);
 
 // What a send or receive span carried (trace.json "args"), so a trace answers per-key questions: when
 // each worker's push of a key reached its aggregator, how long the reply took (docs/FPT.md).
