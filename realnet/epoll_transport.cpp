@@ -22,6 +22,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fpt/message_pacer.hpp"
+
 namespace pstwin::realnet {
 
 namespace {
@@ -93,10 +95,8 @@ struct EpollTransport::OutConnection {
   bool blocked = false;  // waiting for EPOLLOUT
   std::atomic<bool> dead{false};
   // User pacing (guarded by the transport's mutex_): the bytes the connection is ahead of its rate,
-  // and until when the pool keeps it out of its rotation for them (0: not held).
-  double debt_bytes = 0;
-  double paid_at = 0;
-  double held_until = 0;
+  // and until when the pool keeps it out of its rotation for them (held_until 0: not held).
+  fpt::PacingAccount pacing;
 };
 
 // A peer's connection to us, receive thread only: the frame being read.
@@ -252,19 +252,16 @@ void EpollTransport::apply_pacing(OutConnection& connection) {
 void EpollTransport::pace(OutConnection& connection, std::uint64_t bytes, double now) {
   const double rate = pool_.pacing_rate(connection.peer);
   if (rate <= 0) return;
-  connection.debt_bytes =
-      std::max(0.0, connection.debt_bytes - (now - connection.paid_at) * rate) + static_cast<double>(bytes);
-  connection.paid_at = now;
-  if (connection.held_until <= 0) ++held_;
-  connection.held_until = now + connection.debt_bytes / rate;
+  if (connection.pacing.held_until <= 0) ++held_;
+  connection.pacing.charge(bytes, now, rate);
   pool_.set_paced(connection.peer, true);
 }
 
 void EpollTransport::release_paced(double now) {
   if (held_ == 0) return;
   for (auto& [peer, connection] : out_) {
-    if (connection->held_until <= 0 || connection->held_until > now) continue;
-    connection->held_until = 0;
+    if (connection->pacing.held_until <= 0 || connection->pacing.held_until > now) continue;
+    connection->pacing.held_until = 0;
     --held_;
     pool_.set_paced(peer, false);
   }
@@ -276,8 +273,8 @@ int EpollTransport::paced_timeout(int timeout_ms) const {
     std::lock_guard lock(mutex_);
     if (held_ == 0) return timeout_ms;
     for (const auto& [peer, connection] : out_)
-      if (connection->held_until > 0 && (earliest == 0 || connection->held_until < earliest))
-        earliest = connection->held_until;
+      if (connection->pacing.held_until > 0 && (earliest == 0 || connection->pacing.held_until < earliest))
+        earliest = connection->pacing.held_until;
   }
   if (earliest == 0) return timeout_ms;
   const int until = static_cast<int>(std::ceil(std::max(0.0, earliest - seconds_now()) * 1000));

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "core/codec.hpp"
 #include "core/send_order.hpp"
+#include "fpt/message_pacer.hpp"
 
 namespace pstwin::realnet {
 
@@ -92,7 +94,14 @@ Payload adopt_frame(zmq::message_t frame, std::uint64_t& copied_bytes) {
 // move between threads, never be shared), closed once the loop has ended.
 class ZmqNodeRuntime::Sockets {
  public:
-  explicit Sockets(ZmqNodeRuntime& owner) : owner_(owner) {
+  // PSTWIN_PACING=kernel leaves pacing to the kernel, which ZeroMQ gives no way to ask for
+  // (SO_MAX_PACING_RATE on its sockets): not paced, and the log says so.
+  explicit Sockets(ZmqNodeRuntime& owner)
+      : owner_(owner), pacer_(owner.options_.kernel_pacing ? 0 : owner.options_.nic_rate_Bps) {
+    if (owner.options_.kernel_pacing && owner.options_.nic_rate_Bps > 0)
+      owner_.log(
+          "PSTWIN_PACING=kernel: the ZeroMQ van cannot set SO_MAX_PACING_RATE on its sockets; "
+          "its connections are not paced (unset PSTWIN_PACING for the van's own pacing)");
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
     router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
@@ -133,18 +142,36 @@ class ZmqNodeRuntime::Sockets {
     outgoing_[message.header.recipient].emplace(key, std::move(message));
   }
 
+  // A paced peer (lighter than the heaviest in the load balancer's table, PSTWIN_NIC_RATE set) gets
+  // one data message, then none until it has had time to leave at the peer's share; its control
+  // messages still go. ZeroMQ's I/O thread writes what it is handed at once, so this is the only
+  // place that can hold a connection to its share (there is no socket to give SO_MAX_PACING_RATE).
   void flush() {
+    const double now = pacer_.active() ? owner_.now() : 0;
     for (auto& [to, queue] : outgoing_) {
       if (queue.empty()) continue;
       auto route = routes_.find(to);
       if (route == routes_.end()) {
         owner_.log("dropped " + std::to_string(queue.size()) + " message(s) to node " + std::to_string(to) +
                    ": no socket for it");
-      } else {
-        for (auto& [key, message] : queue) transmit(*route->second, std::move(message));
+        queue.clear();
+        continue;
       }
-      queue.clear();
+      for (auto it = queue.begin(); it != queue.end();) {
+        const bool data = !it->second.payload.is_phantom() && !it->second.payload.empty();
+        if (data && pacer_.active() && pacer_.held(to, now)) {
+          ++it;
+          continue;
+        }
+        const std::uint64_t wire_bytes = transmit(*route->second, std::move(it->second));
+        if (data && pacer_.active()) pacer_.sent(to, wire_bytes, now);
+        it = queue.erase(it);
+      }
     }
+  }
+
+  void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
+    if (auto error = pacer_.set_weights(version, weights)) owner_.log("send weights refused: " + *error);
   }
 
   // Hands every complete message waiting on the ROUTER to the protocol, until the node halts.
@@ -166,9 +193,23 @@ class ZmqNodeRuntime::Sockets {
   // checks (a getpid and a poll each) per wait. ZMQ_FD only signals new commands to the socket, so
   // this is right because receive_all() ends every visit with a failed recv, which processes every
   // pending command: a message arriving after it raises the FD again.
+  // A held peer's release cuts the wait short, to the microsecond (ppoll): a millisecond's rounding
+  // would hold a 4 KB message at a 25 Mb/s share (1.3 ms) for 2 ms.
   void wait(long timeout_ms) {
     std::array<pollfd, 2> fds{pollfd{router_fd_, POLLIN, 0}, pollfd{wake_.fd(), POLLIN, 0}};
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::min<long>(timeout_ms, 1 << 30))) < 0) {
+    double wait_s = timeout_ms < 0 ? -1 : static_cast<double>(std::min<long>(timeout_ms, 1 << 30)) / 1e3;
+    if (pacer_.active()) {
+      const double now = owner_.now();
+      if (const auto release = pacer_.next_release(now))
+        wait_s = wait_s < 0 ? *release - now : std::min(wait_s, *release - now);
+    }
+    timespec limit{};
+    if (wait_s >= 0) {
+      const auto ns = static_cast<long long>(std::ceil(wait_s * 1e9));
+      limit.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+      limit.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    }
+    if (::ppoll(fds.data(), fds.size(), wait_s < 0 ? nullptr : &limit, nullptr) < 0) {
       if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
       router_ready_ = true;  // a signal interrupted the wait: look again
       return;
@@ -178,7 +219,8 @@ class ZmqNodeRuntime::Sockets {
   }
 
  private:
-  void transmit(zmq::socket_t& socket, Message message) {
+  // Returns the message's bytes on the wire (header and payload).
+  std::uint64_t transmit(zmq::socket_t& socket, Message message) {
     const Seconds start = owner_.now();
     // A zero-copy view is read now, at transmission, as the simulator does.
     message.payload = message.payload.frozen();
@@ -192,6 +234,7 @@ class ZmqNodeRuntime::Sockets {
     if (owner_.host_.tracing())
       owner_.trace_lane("send->" + std::to_string(message.header.recipient), "send",
                         span_name(message.header), start, owner_.now(), trace_message(message));
+    return wire_bytes;
   }
 
   // Validates one multipart message [routing id, header, payload?] and delivers it, or rejects it
@@ -255,6 +298,7 @@ class ZmqNodeRuntime::Sockets {
   std::map<std::string, zmq::socket_t> dealers_;  // one per peer address
   std::map<NodeId, zmq::socket_t*> routes_;
   std::map<NodeId, std::map<SendOrderKey, Message>> outgoing_;
+  fpt::MessagePacer pacer_;
   EventFd wake_;
   std::string address_;
   int router_fd_ = -1;
@@ -291,6 +335,10 @@ void ZmqNodeRuntime::flush() {
 
 void ZmqNodeRuntime::wait(long timeout_ms) {
   sockets_->wait(timeout_ms);
+}
+
+void ZmqNodeRuntime::set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
+  sockets_->set_send_weights(version, weights);
 }
 
 void ZmqNodeRuntime::wake() {

@@ -21,6 +21,10 @@ class ZmqNodeRuntime final : public LoopRuntime {
   ZmqNodeRuntime(LocalHost& host, Options options);
   ~ZmqNodeRuntime() override;
 
+  // The load balancer's weights: with a NIC rate (PSTWIN_NIC_RATE), peers lighter than the heaviest
+  // are paced to their share a message at a time (fpt::MessagePacer), as the epoll van does.
+  void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
+
   std::uint64_t rejected_frames() const { return rejected_.load(); }
   // Payload bytes received into a copy rather than adopted in place (small, misaligned frames).
   std::uint64_t received_bytes_copied() const { return received_bytes_copied_.load(); }

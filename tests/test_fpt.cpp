@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fpt/message_pacer.hpp"
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 
@@ -297,6 +298,41 @@ TEST(FptReceiveShaper, HoldsLighterSendersToTheirShareOfTheLink) {
   ReceiveShaper unknown_link;
   ASSERT_FALSE(unknown_link.set_weights(1, std::vector<PeerWeight>{{2, 1000}, {3, 1}}));
   EXPECT_EQ(unknown_link.rate(3), 0.0);
+}
+
+// The ZeroMQ van's pacing rule: a message, then a wait of its size at the peer's share.
+TEST(FptMessagePacer, HoldsALightPeerForItsMessagesSizeAtItsShare) {
+  MessagePacer pacer(4000.0);  // bytes/s of the sender's link
+  EXPECT_TRUE(pacer.active());
+  EXPECT_FALSE(pacer.set_weights(1, std::vector<PeerWeight>{{2, 3}, {3, 1}}).has_value());
+  EXPECT_DOUBLE_EQ(pacer.rate(3), 1000.0);  // 1 of 4
+  EXPECT_EQ(pacer.rate(2), 0.0);            // the heaviest runs free
+  pacer.sent(3, 500, 10.0);
+  pacer.sent(2, 500, 10.0);
+  EXPECT_TRUE(pacer.held(3, 10.0));
+  EXPECT_TRUE(pacer.held(3, 10.499));
+  EXPECT_FALSE(pacer.held(3, 10.5));
+  EXPECT_FALSE(pacer.held(2, 10.0));
+  EXPECT_DOUBLE_EQ(*pacer.next_release(10.0), 10.5);
+  EXPECT_FALSE(pacer.next_release(10.5).has_value());
+  // Sent before the debt is paid (a control-free burst): the wait adds up.
+  pacer.sent(3, 500, 10.25);
+  EXPECT_DOUBLE_EQ(*pacer.next_release(10.25), 11.0);
+  // Released late: the time it sat idle is not credited to the next message.
+  pacer.sent(3, 1000, 20.0);
+  EXPECT_DOUBLE_EQ(*pacer.next_release(20.0), 21.0);
+  // A stale version is refused and changes nothing; an empty table (probe) lifts every hold.
+  EXPECT_TRUE(pacer.set_weights(1, {}).has_value());
+  EXPECT_TRUE(pacer.held(3, 20.5));
+  EXPECT_FALSE(pacer.set_weights(2, {}).has_value());
+  EXPECT_FALSE(pacer.held(3, 20.5));
+  EXPECT_FALSE(pacer.next_release(20.5).has_value());
+  // No link rate: never paced, whatever the table.
+  MessagePacer unknown_link;
+  EXPECT_FALSE(unknown_link.active());
+  EXPECT_FALSE(unknown_link.set_weights(1, std::vector<PeerWeight>{{2, 3}, {3, 1}}).has_value());
+  unknown_link.sent(3, 500, 0.0);
+  EXPECT_FALSE(unknown_link.held(3, 0.0));
 }
 
 TEST(FptTokenBucket, RefillsAtItsRateUpToItsDepth) {

@@ -174,6 +174,114 @@ TEST(ZmqRuntime, SentPayloadsNeedNoOwnerButTheMessage) {
   }
 }
 
+// A receiver that notes when each message arrived (steady clock, seconds).
+class TimedRecorder final : public Node {
+ public:
+  void start() override {}
+  void on_message(Message message) override {
+    std::lock_guard lock(mutex_);
+    arrivals_.push_back(
+        {std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
+         std::move(message)});
+    changed_.notify_all();
+  }
+  std::string describe_state() const override { return "recording"; }
+  struct Arrival {
+    double at = 0;
+    Message message;
+  };
+  // Waits (up to 30 s, a guard against a hang, not a timing) for `count` messages.
+  std::vector<Arrival> wait_for(std::size_t count) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, 30s, [&] { return arrivals_.size() >= count; });
+    return arrivals_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Arrival> arrivals_;
+};
+
+Message sized(NodeId to, std::uint64_t key, std::size_t bytes) {
+  Message message;
+  message.header.command = Command::kPush;
+  message.header.recipient = to;
+  message.header.key = key;
+  if (bytes > 0) message.payload = Payload::copy_of(pattern(bytes, static_cast<unsigned>(key)));
+  return message;
+}
+
+// The ZeroMQ van paces as the epoll van does (fpt::MessagePacer): with a NIC rate and the load
+// balancer's weights, a lighter destination gets its data a message at a time at its share of the
+// link while the heaviest runs free; a control message to the held destination does not wait behind
+// its data; an empty table (the probe state) lifts the pacing.
+TEST(ZmqRuntime, PacesALightDestinationToItsShareOfTheNicAndLetsControlPass) {
+  constexpr double kNicRate = 8e6;  // bytes/s: the light destination's share (1 of 4) is 2 MB/s
+  constexpr int kMessages = 24;
+  constexpr std::size_t kPayload = 64 * 1024;
+  constexpr NodeId kHeavy = 8, kLight = 7;
+  realnet::LocalHost host({});
+  auto make_receiver = [&host](const std::string& label, TimedRecorder*& recorder) {
+    auto runtime = std::make_unique<realnet::ZmqNodeRuntime>(host, labelled(label));
+    auto owned = std::make_unique<TimedRecorder>();
+    recorder = owned.get();
+    runtime->attach(std::move(owned));
+    runtime->start();
+    return runtime;
+  };
+  TimedRecorder* heavy = nullptr;
+  TimedRecorder* light = nullptr;
+  const auto heavy_rt = make_receiver("heavy", heavy);
+  const auto light_rt = make_receiver("light", light);
+  auto options = labelled("sender");
+  options.nic_rate_Bps = kNicRate;
+  realnet::ZmqNodeRuntime sender(host, options);
+  const std::string heavy_address = heavy_rt->local_address(), light_address = light_rt->local_address();
+  sender.attach(std::make_unique<Recorder>([&] {
+    sender.set_self(9);
+    sender.connect(kHeavy, heavy_address);
+    sender.connect(kLight, light_address);
+    sender.set_send_weights(1, std::vector<PeerWeight>{{kHeavy, 3}, {kLight, 1}});
+    for (int i = 0; i < kMessages; ++i) {
+      sender.send(sized(kHeavy, static_cast<std::uint64_t>(i), kPayload));
+      sender.send(sized(kLight, static_cast<std::uint64_t>(i), kPayload));
+    }
+  }));
+  sender.start();
+
+  // While the light destination's data is held, a control message (no payload) goes at once.
+  ASSERT_GE(light->wait_for(2).size(), 2u);
+  sender.post([&] { sender.send(sized(kLight, 1000, 0)); });
+  const auto heavy_got = heavy->wait_for(kMessages);
+  const auto light_got = light->wait_for(kMessages + 1);
+  ASSERT_EQ(heavy_got.size(), static_cast<std::size_t>(kMessages));
+  ASSERT_EQ(light_got.size(), static_cast<std::size_t>(kMessages + 1));
+  const double light_span = light_got.back().at - light_got.front().at;
+  // After its first message, the light destination's bytes left at no more than 2 MB/s.
+  const double wire = static_cast<double>(kHeaderBytes + kPayload);
+  EXPECT_GE(light_span, (kMessages - 1) * wire / (kNicRate / 4) * 0.95) << light_span << " s";
+  EXPECT_LT(heavy_got.back().at, light_got.back().at) << "the unpaced destination finishes first";
+  // Posted once two data messages had arrived, it came long before the held data was through
+  // (at the data's pace, 33 ms a message, it would have been last).
+  std::size_t control_at = light_got.size();
+  for (std::size_t i = 0; i < light_got.size(); ++i)
+    if (light_got[i].message.header.key == 1000) control_at = i;
+  EXPECT_LE(control_at, static_cast<std::size_t>(kMessages / 2))
+      << "the control message waited behind held data";
+
+  // Lifted: the same bytes to the light destination now leave as fast as ZeroMQ sends them.
+  sender.post([&] {
+    sender.set_send_weights(2, {});
+    for (int i = 0; i < kMessages; ++i)
+      sender.send(sized(kLight, 2000 + static_cast<std::uint64_t>(i), kPayload));
+  });
+  const auto lifted = light->wait_for(2 * kMessages + 1);
+  ASSERT_EQ(lifted.size(), static_cast<std::size_t>(2 * kMessages + 1));
+  const double lifted_span = lifted.back().at - lifted[kMessages + 1].at;
+  EXPECT_LT(lifted_span, light_span / 2) << "lifted " << lifted_span << " s, paced " << light_span << " s";
+}
+
 TEST(ZmqRuntime, RealRunCountsMessagesAndRecordsTheSimulatorsSpans) {
   const auto scenario =
       load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml", {{"workload.iterations", "2"}});

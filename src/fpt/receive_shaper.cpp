@@ -7,11 +7,7 @@ namespace pstwin::fpt {
 
 std::optional<std::string> ReceiveShaper::set_weights(std::uint64_t version,
                                                       std::span<const PeerWeight> weights) {
-  WeightTable table;
-  if (auto error = check_weights(version, version_, weights, table)) return error;
-  version_ = version;
-  weights_ = std::move(table);
-  return std::nullopt;
+  return weights_.replace(version, weights);
 }
 
 TokenBucket::TokenBucket(double rate_Bps, double depth_bytes, double now_s)

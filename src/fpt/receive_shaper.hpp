@@ -33,14 +33,15 @@ class ReceiveShaper {
   [[nodiscard]] std::optional<std::string> set_weights(std::uint64_t version,
                                                        std::span<const PeerWeight> weights);
 
-  double rate(NodeId sender) const { return shaped_rate(link_rate_Bps_, weights_, sender); }  // 0: none
-  std::uint64_t version() const { return version_; }
+  double rate(NodeId sender) const {
+    return shaped_rate(link_rate_Bps_, weights_.table(), sender);
+  }  // 0: none
+  std::uint64_t version() const { return weights_.version(); }
   double link_rate() const { return link_rate_Bps_; }
 
  private:
   double link_rate_Bps_;
-  std::uint64_t version_ = 0;
-  WeightTable weights_;
+  CurrentWeights weights_;
 };
 
 // Bytes a rate-limited reader may take now. Time comes in as seconds from the caller's clock, so the

@@ -24,6 +24,15 @@ std::optional<std::string> check_weights(std::uint64_t version, std::uint64_t ne
   return std::nullopt;
 }
 
+std::optional<std::string> CurrentWeights::replace(std::uint64_t version,
+                                                   std::span<const PeerWeight> weights) {
+  WeightTable table;
+  if (auto error = check_weights(version, version_, weights, table)) return error;
+  version_ = version;
+  table_ = std::move(table);
+  return std::nullopt;
+}
+
 std::uint32_t weight_of(const WeightTable& table, NodeId peer) {
   const auto it = table.find(peer);
   return it == table.end() ? 1 : it->second;

@@ -23,6 +23,21 @@ using WeightTable = std::map<NodeId, std::uint32_t>;  // peer -> weight; unliste
 
 std::uint32_t weight_of(const WeightTable& table, NodeId peer);
 
+// A table replaced whole by each newer version, at once (the receive shaper, the message pacer; the
+// send pool defers a new table to its next round instead).
+class CurrentWeights {
+ public:
+  // `version` must grow; errors as check_weights, and the table in force stays.
+  [[nodiscard]] std::optional<std::string> replace(std::uint64_t version,
+                                                   std::span<const PeerWeight> weights);
+  const WeightTable& table() const { return table_; }
+  std::uint64_t version() const { return version_; }
+
+ private:
+  std::uint64_t version_ = 0;
+  WeightTable table_;
+};
+
 // The rate in bytes/s the traffic with `peer` is held to on a link of `link_rate_Bps`, 0 for none: a
 // peer the table names with less than kNearHeaviest of its heaviest weight gets link rate x weight /
 // sum of the table's weights; the heaviest and those near it, unlisted peers, an empty table or no
