@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -186,6 +187,16 @@ void check_updates(const Scenario& sc, const SyntheticWorkload& workload, int sl
                                 std::to_string(expected) + " it owned"});
 }
 
+// Called by the scheduler once it holds the root port, before any node can register: no live job on
+// this host uses `prefix` then, so an object under it was left by an earlier job's node that was
+// killed with -9 (no process can unlink on SIGKILL). A new job would otherwise open it as its own.
+void sweep_staging_left_behind(const std::string& prefix, const std::string& label,
+                               const std::function<void(const std::string&)>& log) {
+  if (const std::size_t swept = ShmStaging::unlink_all(prefix); swept > 0)
+    log("[pstwin] " + label + ": removed " + std::to_string(swept) + " staging object(s) /dev/shm/" + prefix +
+        "* left by an earlier job on this port (a node killed with kill -9 cannot remove its own)");
+}
+
 }  // namespace
 
 NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOptions& options) {
@@ -219,7 +230,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's on this host by the scheduler port;
   // within the job, names collide exactly when staging.naming makes them equal.
-  auto staging = std::make_shared<ShmStaging>("pstwin_" + std::to_string(env.root_port) + "_");
+  const std::string staging_prefix = "pstwin_" + std::to_string(env.root_port) + "_";
+  auto staging = std::make_shared<ShmStaging>(staging_prefix);
   // Before any thread starts: Ctrl-C or a plain `kill` stops the node cleanly, staging unlinked.
   StopSignals stop_signals;
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
@@ -239,6 +251,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
+  if (env.role == Role::kScheduler) sweep_staging_left_behind(staging_prefix, label, log);
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
   std::unique_ptr<Node> protocol;
   switch (env.role) {

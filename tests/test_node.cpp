@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,10 +107,34 @@ Env worker_env(int rank, int port) {
 const std::vector<std::string> kQuickstart{"--scenario", "scenarios/quickstart.toml", "--set",
                                            "workload.iterations=2"};
 
+// A shared-memory object, as a node killed with -9 leaves it; removed at the end of the test.
+class LeftoverObject {
+ public:
+  explicit LeftoverObject(std::string name) : name_("/" + std::move(name)) {
+    const int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) {
+      [[maybe_unused]] const int sized = ::ftruncate(fd, 4096);
+      ::close(fd);
+    }
+  }
+  ~LeftoverObject() { ::shm_unlink(name_.c_str()); }
+  LeftoverObject(const LeftoverObject&) = delete;
+  LeftoverObject& operator=(const LeftoverObject&) = delete;
+  bool exists() const { return std::filesystem::exists("/dev/shm" + name_); }
+
+ private:
+  std::string name_;
+};
+
 TEST(Node, FourTerminalLaunchCompletes) {
   PortHolder reserved;
   const int port = reserved.port();
   reserved.close();  // free for the scheduler
+  // What a worker of an earlier job on this port, killed with -9, left behind; and another port's.
+  const LeftoverObject leftover("pstwin_" + std::to_string(port) + "_worker_0_key_1");
+  const LeftoverObject other_port("pstwin_" + std::to_string(port) + "0_worker_0_key_1");
+  ASSERT_TRUE(leftover.exists());
+  ASSERT_TRUE(other_port.exists());
   // The declaration order is the reverse of destruction: any child left running is killed.
   NodeProcess scheduler("scheduler", job_env("scheduler", port), kQuickstart);
   NodeProcess server("server", job_env("server", port), kQuickstart);
@@ -128,6 +153,13 @@ TEST(Node, FourTerminalLaunchCompletes) {
     EXPECT_NE(process.output().find(summary), std::string::npos) << process.output();
     EXPECT_NE(process.output().find(" 0 violations: ok"), std::string::npos) << process.output();
   }
+  // The scheduler removed the leftover under its port, and nothing under another port.
+  EXPECT_FALSE(leftover.exists());
+  EXPECT_TRUE(other_port.exists());
+  EXPECT_NE(
+      scheduler.output().find("removed 1 staging object(s) /dev/shm/pstwin_" + std::to_string(port) + "_*"),
+      std::string::npos)
+      << scheduler.output();
   // Every staging object was unlinked by the worker that created it.
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     EXPECT_EQ(entry.path().filename().string().find("pstwin_" + std::to_string(port) + "_"),
