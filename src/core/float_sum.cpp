@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/clones.hpp"
+
 namespace pstwin {
 
 namespace {
@@ -11,8 +13,7 @@ namespace {
 // A plain loop: GCC vectorises it per clone (AVX2 and baseline SSE2), and the ifunc resolver picks the
 // clone once at load time. No __restrict: GCC adds a cheap runtime overlap check instead, so aliasing
 // callers (dst == src) stay correct.
-__attribute__((target_clones("avx2", "default"))) void sum_kernel(float* dst, const float* src,
-                                                                  std::size_t n) {
+PSTWIN_AVX2_CLONES void sum_kernel(float* dst, const float* src, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/clones.hpp"
+
 namespace pstwin::zeno {
 
 namespace {
@@ -28,8 +30,7 @@ double fold(const std::array<double, kLanes>& lanes) {
 enum class Kind { kMoments, kDot, kNorm, kDistance };
 
 template <Kind kKind>
-__attribute__((target_clones("avx2", "default"))) Moments reduce(const float* u, const float* v,
-                                                                 std::size_t n) {
+PSTWIN_AVX2_CLONES Moments reduce(const float* u, const float* v, std::size_t n) {
   std::array<double, kLanes> uv{}, uu{}, vv{};
   const auto step = [&](std::size_t i, std::size_t lane) {
     const double a = u[i];
