@@ -9,7 +9,7 @@ RUN_DIR holds trace.json (`pstwin sim` or `pstwin run`). PROCESS is a process na
 it ("server 0", "worker 3"). Times in ms. A send span starts when the message was queued (real runs:
 the send pool's enqueue; the simulator: when its connection took it), a receive span ends when the
 receiver had it, so one-way = receive end - send start. Node ids are recovered from the trace: the
-lanes are named send->ID and recv<-ID (docs/FPT.md, "Namespace clusters", per-key view).
+lanes are named send->ID and recv<-ID (docs/FPT.md, "Per-key view").
 """
 import bisect
 import collections

@@ -2,8 +2,8 @@
 # Is a 4 KB figure bound by the machine's thread wake-ups? The epoll van's 4 KB pipelined bench (and
 # its context switches, where perf is installed) and both vans' 4 KB blocking latency, first on the
 # idle machine, then beside two nice-19 busy loops that keep every vCPU awake while taking next to
-# no CPU from the bench (nice 19 against 0: about 1.5 % each). docs/PERFORMANCE.md, "4 KB on the idle
-# development VM". Run it on an otherwise idle machine.
+# no CPU from the bench (nice 19 against 0: about 1.5 % each). docs/PERFORMANCE.md, "Why 4 KB on the
+# development VM is bound by wake-ups". Run it on an otherwise idle machine.
 # usage: bench/vm_wakeups.sh BUILD OUT   e.g. bench/vm_wakeups.sh build /tmp/wakeups.txt
 set -u
 B=$1

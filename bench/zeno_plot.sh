@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Accuracy-vs-iteration PNGs of a zeno grid (issue 4, item 6): one plot per mode and attack, one curve
+# Accuracy-vs-iteration PNGs of a zeno grid (docs/ROBUSTNESS.md): one plot per mode and attack, one curve
 # per rule, from each cell's results.json `accuracy.curve` ([iteration, time_s, test_accuracy] rows).
 #   bench/zeno_plot.sh GRID_DIR [OUT_DIR]      (OUT_DIR: docs/img; GRID_DIR as bench/zeno_grid.sh writes it:
 #                                                MODE-RULE-ATTACK/results.json)
