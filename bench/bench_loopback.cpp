@@ -393,8 +393,8 @@ int main(int argc, char** argv) {
     std::printf(
         "load average after: %s (GB = 1e9 bytes; pipelined counts push + pull bytes of both workers, each "
         "byte "
-        "crossing loopback once, as the raw stream's; ratio = pipelined / one raw stream, issue 5's "
-        "definition)\n",
+        "crossing loopback once, as the raw stream's; ratio = pipelined / one raw stream, as "
+        "docs/PERFORMANCE.md defines it)\n",
         load_average().c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -82,7 +82,7 @@ class EpollTransport {
     // message at a time: it writes the message whole and takes the connection out of the pool's
     // rotation for size / rate. kKernel: SO_MAX_PACING_RATE, which on Linux lets a message out at once
     // after idling and repays in bursts, so a light connection takes its share in clumps of messages
-    // (docs/FPT.md, "Pacing: kernel or user").
+    // (docs/FPT.md, "Pacing: the van's or the kernel's").
     enum class Pacing { kUser, kKernel };
     Pacing pacing = Pacing::kUser;
     // false: start no thread; the owner calls poll(), pump() and drain() from one thread of its own,

@@ -5,13 +5,10 @@
 #include <memory>
 #include <sstream>
 
-#include "ps/scheduler.hpp"
-#include "ps/server.hpp"
-#include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
 #include "report/run_observers.hpp"
-#include "zeno/robust_training.hpp"
+#include "zeno/roles.hpp"
 
 namespace pstwin::realnet {
 
@@ -19,7 +16,8 @@ namespace pstwin::realnet {
 // Not modelled yet: scheduler start delay, start/executor/delivery jitter (perturbation.*).
 RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  RunObservers observers(sc, zeno::make_training(sc));
+  const zeno::JobRoles roles(sc);
+  RunObservers observers(sc, roles.training());
   LockedObserver observer(observers.fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
@@ -31,23 +29,17 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     return *nodes.back();
   };
   auto& scheduler = add("scheduler");
-  scheduler.attach(std::make_unique<Scheduler>(scheduler, sc, observer));
+  scheduler.attach(roles.make(Role::kScheduler, 0, NodeContext{scheduler, sc, observer, ""}));
   const std::string scheduler_address = scheduler.local_address();
-  for (int r = 0; r < sc.roles.servers; ++r) {
-    auto& node = add("server " + std::to_string(r));
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r,
-                                         observers.workload, observers.training.get()));
-  }
-  for (int r = 0; r < sc.roles.workers; ++r) {
-    auto& node = add("worker " + std::to_string(r));
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
-                                         observers.workload, observers.training.get()));
-  }
-  for (int r = 0; r < sc.roles.validators; ++r) {
-    auto& node = add("validator " + std::to_string(r));
-    node.attach(observers.training->validator(NodeContext{node, sc, observer, scheduler_address}, r,
-                                              observers.workload));
-  }
+  auto add_role = [&](Role role, int count) {
+    for (int r = 0; r < count; ++r) {
+      auto& node = add(std::string(role_name(role)) + " " + std::to_string(r));
+      node.attach(roles.make(role, r, NodeContext{node, sc, observer, scheduler_address}));
+    }
+  };
+  add_role(Role::kServer, sc.roles.servers);
+  add_role(Role::kWorker, sc.roles.workers);
+  add_role(Role::kValidator, sc.roles.validators);
   for (auto& node : nodes) node->start();
   if (options.on_started) {
     std::vector<std::pair<std::string, std::string>> addresses;

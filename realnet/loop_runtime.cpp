@@ -352,10 +352,6 @@ RandomStream& LoopRuntime::random(std::string_view purpose) {
   return it->second;
 }
 
-void LoopRuntime::compute(std::string_view label, ComputeCost cost, std::function<void()> done) {
-  executor("compute", 1).submit(0, label, cost, {}, std::move(done));
-}
-
 Executor& LoopRuntime::executor(std::string_view name, int lanes) {
   std::lock_guard lock(executors_mutex_);
   auto it = executors_.find(name);

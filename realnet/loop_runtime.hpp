@@ -179,7 +179,6 @@ class LoopRuntime : public Runtime {
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;
   RandomStream& random(std::string_view purpose) override;
-  void compute(std::string_view label, ComputeCost cost, std::function<void()> done) override;
   Executor& executor(std::string_view name, int lanes) override;
   StagingArea& staging() override { return host_.staging(); }
   void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;

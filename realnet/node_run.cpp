@@ -16,9 +16,6 @@
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
 #include "ps/round_plan.hpp"
-#include "ps/scheduler.hpp"
-#include "ps/server.hpp"
-#include "ps/worker.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
 #include "realnet/nic_rate.hpp"
@@ -28,7 +25,7 @@
 #include "report/run_recorder.hpp"
 #include "report/staleness_recorder.hpp"
 #include "report/validation_recorder.hpp"
-#include "zeno/robust_training.hpp"
+#include "zeno/roles.hpp"
 
 namespace pstwin::realnet {
 namespace {
@@ -207,10 +204,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       std::cerr << line + "\n";
   };
   const std::string label = label_of(env);
-  SyntheticWorkload workload(sc);
+  const zeno::JobRoles roles(sc);
+  const SyntheticWorkload& workload = roles.workload();
   InvariantChecker checker(sc, workload);
   NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });
-  const auto training = env.role == Role::kScheduler ? nullptr : zeno::make_training(sc);
+  // The scheduler reports no accuracy: it holds no model.
+  const TrainingModel* training = env.role == Role::kScheduler ? nullptr : roles.training();
   AccuracyRecorder accuracy;
   // The scheduler makes the load-balancing decisions and receives the rates: it records them for the
   // merged results.json's `balancing` section.
@@ -253,23 +252,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   LoopRuntime& rt = *runtime;
   if (env.role == Role::kScheduler) sweep_staging_left_behind(staging_prefix, label, log);
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
-  std::unique_ptr<Node> protocol;
-  switch (env.role) {
-    case Role::kScheduler:
-      protocol = std::make_unique<Scheduler>(rt, sc, observer);
-      break;
-    case Role::kServer:
-      protocol = std::make_unique<Server>(context, -1, workload, training.get());
-      break;
-    case Role::kValidator:
-      if (!training)
-        throw NodeEnvError(
-            "DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
-      protocol = training->validator(context, env.validator_id, workload);
-      break;
-    default:
-      protocol = std::make_unique<Worker>(context, env.worker_id, workload, training.get());
-  }
+  if (env.role == Role::kValidator && !training)
+    throw NodeEnvError("DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
+  const int rank = env.role == Role::kWorker      ? env.worker_id
+                   : env.role == Role::kValidator ? env.validator_id
+                                                  : -1;
+  std::unique_ptr<Node> protocol = roles.make(env.role, rank, context);
   auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
   const ReceiveCounter& received = *counter;
   rt.attach(std::move(counter));

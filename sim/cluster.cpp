@@ -422,10 +422,6 @@ RandomStream& SimNode::random(std::string_view purpose) {
   return it->second;
 }
 
-void SimNode::compute(std::string_view label, ComputeCost cost, std::function<void()> done) {
-  executor("compute", 1).submit(0, label, cost, {}, std::move(done));
-}
-
 Executor& SimNode::executor(std::string_view name, int lanes) {
   auto it = executors_.find(name);
   if (it == executors_.end())

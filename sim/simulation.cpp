@@ -10,13 +10,11 @@
 #include <simgrid/s4u.hpp>
 #include <sstream>
 
+#include "core/assert.hpp"
 #include "ps/ids.hpp"
-#include "ps/scheduler.hpp"
-#include "ps/server.hpp"
-#include "ps/worker.hpp"
 #include "report/run_observers.hpp"
 #include "sim/cluster.hpp"
-#include "zeno/robust_training.hpp"
+#include "zeno/roles.hpp"
 
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
@@ -47,6 +45,8 @@ void watch_for_stalls(Cluster& cluster, Seconds window) {
 
 RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
+  // An assertion that fires in a simulated run fires again on replay: say how.
+  set_assertion_context("replay: " + replay_command(sc, sc.seed));
   int argc = 3;
   std::string arg0 = "pstwin", arg1 = "--log=root.thres:critical", arg2 = "--cfg=contexts/guard-size:0";
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
@@ -68,33 +68,29 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   }
   Platform platform = build_platform(sc);
 
-  RunObservers observers(sc, zeno::make_training(sc));
+  const zeno::JobRoles roles(sc);
+  RunObservers observers(sc, roles.training());
   RunObserver& observer = observers.fanout;
   Cluster cluster(sc, platform);
 
   const std::string scheduler_host = sc.scheduler_host_name();
   const std::string scheduler_address = "scheduler@" + scheduler_host;
   auto& scheduler = cluster.add_node("scheduler", scheduler_address, scheduler_host);
-  scheduler.attach(std::make_unique<Scheduler>(scheduler, sc, observer));
+  scheduler.attach(roles.make(Role::kScheduler, 0, NodeContext{scheduler, sc, observer, scheduler_address}));
   std::vector<SimNode*> started{&scheduler};
-  // One node per rank of a role, on the host the scenario places it; `make` builds its protocol.
-  auto add_role = [&](const std::string& role, int count, auto host_of, auto make) {
+  // One node per rank of a role, on the host the scenario places it.
+  auto add_role = [&](Role role, int count, auto host_of) {
+    const std::string name(role_name(role));
     for (int r = 0; r < count; ++r) {
       const auto host = (sc.*host_of)(r);
-      auto& node = cluster.add_node(role + " " + std::to_string(r), address_of(role, r, host), host);
-      node.attach(make(NodeContext{node, sc, observer, scheduler_address}, r));
+      auto& node = cluster.add_node(name + " " + std::to_string(r), address_of(name, r, host), host);
+      node.attach(roles.make(role, r, NodeContext{node, sc, observer, scheduler_address}));
       started.push_back(&node);
     }
   };
-  add_role("server", sc.roles.servers, &Scenario::server_host_name, [&](NodeContext context, int r) {
-    return std::make_unique<Server>(context, r, observers.workload, observers.training.get());
-  });
-  add_role("worker", sc.roles.workers, &Scenario::worker_host_name, [&](NodeContext context, int r) {
-    return std::make_unique<Worker>(context, r, observers.workload, observers.training.get());
-  });
-  add_role("validator", sc.roles.validators, &Scenario::validator_host_name, [&](NodeContext context, int r) {
-    return observers.training->validator(context, r, observers.workload);
-  });
+  add_role(Role::kServer, sc.roles.servers, &Scenario::server_host_name);
+  add_role(Role::kWorker, sc.roles.workers, &Scenario::worker_host_name);
+  add_role(Role::kValidator, sc.roles.validators, &Scenario::validator_host_name);
   for (auto* node : started) {
     Seconds delay = node == &scheduler ? sc.faults.scheduler_start_delay_s : 0;
     if (sc.perturbation.start_jitter_s > 0)

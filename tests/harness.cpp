@@ -31,12 +31,6 @@ void FakeRuntime::cancel_timer(TimerId id) {
   harness_.cancel(id);
 }
 
-void FakeRuntime::compute(std::string_view, ComputeCost, std::function<void()> done) {
-  harness_.post([this, done = std::move(done)] {
-    if (!stopped) done();
-  });
-}
-
 void FakeRuntime::submit(int, std::string_view, ComputeCost, std::function<void()> work,
                          std::function<void()> done) {
   harness_.post([this, work = std::move(work), done = std::move(done)] {

@@ -33,7 +33,6 @@ class FakeRuntime final : public Runtime, public Executor, public StagingArea {
   RandomStream& random(std::string_view purpose) override {
     return randoms_.try_emplace(std::string(purpose), 7, purpose, 0).first->second;
   }
-  void compute(std::string_view, ComputeCost, std::function<void()> done) override;
   Executor& executor(std::string_view, int) override { return *this; }
   StagingArea& staging() override { return *this; }
   void trace_span(std::string_view, std::string_view, Seconds, Seconds) override {}

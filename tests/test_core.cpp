@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/assert.hpp"
 #include "core/digest.hpp"
 #include "core/float_sum.hpp"
 #include "core/payload.hpp"
@@ -28,6 +29,30 @@ std::shared_ptr<ByteBuffer> filled_buffer(std::size_t size) {
   auto buffer = std::make_shared<ByteBuffer>(size);
   for (std::size_t i = 0; i < size; ++i) buffer->data()[i] = static_cast<std::byte>(i * 7 + 1);
   return buffer;
+}
+
+// ---------------------------------------------------------------- Assertions
+
+TEST(AssertionDeathTest, AbortsNamingWhereWhatAndTheReplay) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        set_assertion_context("replay: pstwin sim scenarios/quickstart.toml --seed 7");
+        const int completed_rounds = 2;
+        PSTWIN_ASSERT(completed_rounds == 1, "key 65536 round 3 completed twice");
+      },
+      "assertion failed at .*test_core.cpp:[0-9]+: completed_rounds == 1: key 65536 round 3 completed "
+      "twice\n  replay: pstwin sim scenarios/quickstart.toml --seed 7");
+}
+
+TEST(Assertion, HoldsSilentlyAndEvaluatesItsMessageOnlyOnFailure) {
+  int evaluated = 0;
+  auto message = [&] {
+    ++evaluated;
+    return std::string("never");
+  };
+  PSTWIN_ASSERT(evaluated == 0, message());
+  EXPECT_EQ(evaluated, 0);
 }
 
 // ---------------------------------------------------------------- Payload

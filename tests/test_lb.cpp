@@ -1,4 +1,4 @@
-// Load balancing (issue 5): the bandwidth monitor, the scheduler's balancer and routing by decision,
+// Load balancing: the bandwidth monitor, the scheduler's balancer and routing by decision,
 // worker-side aggregators (lb.worker_aggregators: the optimal split, the workers' probe, routing).
 // Unit checks of the pure pieces, then end to end through the pstwin binary and real SimGrid.
 #include <gtest/gtest.h>
@@ -251,7 +251,7 @@ constexpr double kGbps = 1e9 / 8;
 
 TEST(LbAggregators, OptimalSplitGivesTheDocumentedOptimaAndEqualLinkTimes) {
   // docs/FPT.md: 100 MB, servers at 10/10/5/2.5 Gb/s, workers at 10 Gb/s: 111 ms with 8 workers,
-  // 89 ms with 4 (the figures issue 5 quotes); servers only: 233 and 116 ms.
+  // 89 ms with 4 (the load-balancing targets' figures); servers only: 233 and 116 ms.
   const std::vector<double> servers{10 * kGbps, 10 * kGbps, 5 * kGbps, 2.5 * kGbps};
   const double model = 100e6;
   for (auto [n, expected, servers_only] : {std::tuple{8, 0.1113, 0.2327}, std::tuple{4, 0.0889, 0.1164}}) {

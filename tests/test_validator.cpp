@@ -1,4 +1,4 @@
-// ZenoPS validators, attacks and robust rules wired into the parameter server (issue 4), end to end
+// ZenoPS validators, attacks and robust rules wired into the parameter server, end to end
 // through the pstwin binary on real Fashion-MNIST: the validator drops sign-flipped updates and keeps
 // honest ones, the (round, worker, tensor) tags refuse duplicated candidates without disturbing the
 // training, two validators split the workers by rank, attacks hit exactly the configured workers, and

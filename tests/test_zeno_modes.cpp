@@ -1,4 +1,4 @@
-// ZenoPS's experiment modes (issue 4, item 5) and the attack aimed at the validator, end to end
+// ZenoPS's experiment modes and the attack aimed at the validator, end to end
 // through the pstwin binary on real Fashion-MNIST in the simulator: bounded staleness refuses exactly
 // the pushes beyond the bound, local SGD pushes H steps' worth (and the validator's v matches it),
 // the validator-aimed attack gets past the ZenoPS test where sign-flip never does, and worker-side

@@ -84,8 +84,6 @@ class Runtime {
   // A deterministic stream for one purpose ("worker.compute", "attack", ...), private to this node.
   virtual RandomStream& random(std::string_view purpose) = 0;
 
-  // Models local computation (forward/backward pass): `done` runs on the event loop afterwards.
-  virtual void compute(std::string_view label, ComputeCost cost, std::function<void()> done) = 0;
   virtual Executor& executor(std::string_view name, int lanes) = 0;
   virtual StagingArea& staging() = 0;
 

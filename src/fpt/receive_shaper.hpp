@@ -37,7 +37,6 @@ class ReceiveShaper {
     return shaped_rate(link_rate_Bps_, weights_.table(), sender);
   }  // 0: none
   std::uint64_t version() const { return weights_.version(); }
-  double link_rate() const { return link_rate_Bps_; }
 
  private:
   double link_rate_Bps_;

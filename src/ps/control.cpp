@@ -43,10 +43,6 @@ Payload encode_node_table(const std::vector<NodeInfo>& table) {
   return w.finish();
 }
 
-Payload encode_text(std::string_view text) {
-  return Payload::copy_of(std::as_bytes(std::span(text.data(), text.size())));
-}
-
 std::optional<NodeInfo> decode_node_info(const Payload& payload, std::string& error) {
   ByteReader r(control_bytes(payload));
   NodeInfo info;

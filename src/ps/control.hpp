@@ -25,7 +25,6 @@ struct NodeInfo {
 
 Payload encode_node_info(const NodeInfo& info);
 Payload encode_node_table(const std::vector<NodeInfo>& table);
-Payload encode_text(std::string_view text);
 
 // On failure these return nullopt and set `error` to "field: what is wrong".
 std::optional<NodeInfo> decode_node_info(const Payload& payload, std::string& error);

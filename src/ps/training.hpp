@@ -1,7 +1,9 @@
 // What the parameter server needs from a real model (workload.kind = "mlp"), as an interface: the
-// model, data and optimiser live in src/train (train/ps_training.hpp implements it), which protocol
-// code must not link. Every node derives the same initial model from the scenario seed, so servers
-// start their keys and workers their replicas from identical bytes without a broadcast.
+// model, its data and optimiser, and its evaluation. They live in src/train (train/ps_training.hpp
+// implements it), a layer above the protocol. How a round's gradients are combined is the servers'
+// update rule (ps/update_rule.hpp), not the model's. Every node derives the same initial model from the
+// scenario seed, so servers start their keys and workers their replicas from identical bytes without a
+// broadcast.
 #pragma once
 
 #include <cstddef>
@@ -10,11 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "ps/ps_node.hpp"
-
 namespace pstwin {
-
-class SyntheticWorkload;
 
 // One worker's source of gradients: its data shard and minibatch stream.
 class GradientSource {
@@ -37,15 +35,6 @@ class TrainingModel {
   // learning rate of round `iteration` (train.lr_schedule).
   virtual void apply(std::span<float> params, std::span<const float> grad, std::span<float> velocity,
                      std::uint32_t iteration) const = 0;
-  // Sync servers without validators: one key's gradients (in worker-rank order) into `out`. The
-  // default is their mean, summed in rank order; src/zeno overrides it with zeno.rule.
-  virtual void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
-                       std::span<float> out) const;
-  // The ZenoPS validator of rank `rank` (src/zeno), or null when this model has none.
-  virtual std::unique_ptr<Node> validator(NodeContext /*context*/, int /*rank*/,
-                                          const SyntheticWorkload& /*workload*/) const {
-    return nullptr;
-  }
   // Fraction of the test set classified correctly with `params`.
   virtual double test_accuracy(std::span<const float> params) const = 0;
 };

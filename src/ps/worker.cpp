@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/assert.hpp"
 #include "core/codec.hpp"
 #include "ps/ids.hpp"
 #include "ps/staging.hpp"
@@ -18,19 +19,30 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
       plan_(context.scenario, workload),
       compute_stage_(context.runtime.executor("compute", 1)),
       copy_stage_(context.runtime.executor("copy", 1)),
-      push_stage_(context.runtime.executor("push", 1)) {
+      decisions_(context.scenario.lb.balancing != Balancing::kLb
+                     ? nullptr
+                     : std::make_unique<DecisionBook>(
+                           workload.partitions(), context.scenario.roles.servers,
+                           context.scenario.lb.worker_aggregators ? context.scenario.roles.workers : 0)),
+      kv_(context.runtime,
+          KvClientOptions{.servers = context.scenario.roles.servers,
+                          .scheduling_credit = context.scenario.ps.scheduling_credit,
+                          .fused = context.scenario.ps.push_pull == PushPullMode::kFused},
+          workload, decisions_.get(), context.runtime.executor("push", 1),
+          [this](const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) {
+            fill_push(partition, iteration, out);
+          }) {
   if (training_) {
     gradients_ = training_->worker(rank);
     const auto initial = training_->initial_parameters();
     params_.assign(initial.begin(), initial.end());
     grad_.assign(initial.size(), 0.0f);
   }
-  if (scenario_.lb.balancing == Balancing::kLb) {
-    const bool aggregates = scenario_.lb.worker_aggregators;
-    decisions_ = std::make_unique<DecisionBook>(workload.partitions(), scenario_.roles.servers,
-                                                aggregates ? scenario_.roles.workers : 0);
-    if (aggregates) {
-      aggregator_ = std::make_unique<Aggregator>(rt_, scenario_, observer_, workload, training,
+  if (decisions_) {
+    if (scenario_.lb.worker_aggregators) {
+      // Trained keys never move to a worker (the scenario refuses lb.worker_aggregators with training).
+      PSTWIN_ASSERT(!training_, "a worker aggregator with a training model");
+      aggregator_ = std::make_unique<Aggregator>(rt_, scenario_, observer_, workload, UpdateRule::sum(),
                                                  rt_.executor("engine", scenario_.ps.server_engine_threads),
                                                  "worker aggregator " + std::to_string(rank));
       intake_ =
@@ -142,7 +154,7 @@ void Worker::start_iteration(Seconds started) {
       if (plan_.pushes(rank_, iteration_, partition.tensor))
         stage_and_push(partition);
       else
-        request_pull(partition);  // dropped tensor: the round's aggregate only
+        kv_.pull(partition);  // dropped tensor: the round's aggregate only
     }
   });
 }
@@ -150,16 +162,7 @@ void Worker::start_iteration(Seconds started) {
 void Worker::pull_only() {
   pulls_outstanding_ = workload_.partitions().size();
   pushes_unacked_ = 0;
-  for (const auto& partition : workload_.partitions()) request_pull(partition);
-}
-
-void Worker::request_pull(const PartitionSpec& partition) {
-  MessageHeader fields;
-  fields.key = partition.key;
-  fields.iteration = iteration_;
-  fields.partition = partition.part;
-  fields.priority = partition.priority;
-  send_to(server_id(destination(partition)), Command::kPull, fields);
+  for (const auto& partition : workload_.partitions()) kv_.pull(partition);
 }
 
 void Worker::keep_unsent_steps(std::uint32_t round) {
@@ -212,16 +215,17 @@ std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partitio
 void Worker::stage_and_push(const PartitionSpec& partition) {
   const bool phantom = scenario_.workload.payload == PayloadMode::kPhantom;
   if (!scenario_.staging.enabled) {
-    Payload payload = Payload::phantom(partition.bytes);
     if (!phantom && !training_) {
-      fill_on_release_.emplace(staged_sequence_, iteration_);  // the key ready_to_push gives it
-      payload = Payload{};
-    } else if (!phantom) {
+      kv_.push_filled_on_release(partition, iteration_);
+      return;
+    }
+    Payload payload = Payload::phantom(partition.bytes);
+    if (!phantom) {
       auto buffer = std::make_shared<ByteBuffer>(partition.bytes, ByteBuffer::ForOverwrite{});
       fill_push(partition, iteration_, buffer->floats());
       payload = Payload::adopt(std::move(buffer));
     }
-    ready_to_push(partition, std::move(payload));
+    kv_.push(partition, std::move(payload));
     return;
   }
   // Copy-in and push-out are separate executor steps, as in BytePS: whatever another process
@@ -233,59 +237,9 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
     if (region) fill_push(partition, iteration, region->floats());
   };
   auto staged = [this, region, &partition, phantom] {
-    ready_to_push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
+    kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
   };
   copy_stage_.submit(0, "copy", copy_cost, std::move(copy_in), std::move(staged));
-}
-
-void Worker::ready_to_push(const PartitionSpec& partition, Payload payload) {
-  ready_.emplace(std::make_pair(-partition.priority, staged_sequence_++),
-                 std::make_pair(&partition, std::move(payload)));
-  dispatch_pushes();
-}
-
-void Worker::dispatch_pushes() {
-  // ps.balancing = "lb": the credit is per server, so a slow server's unacknowledged pushes never
-  // hold back the others' (one global credit couples every link to the slowest, and the monitors
-  // would measure that instead of each server's own bandwidth).
-  const int credit = scenario_.ps.scheduling_credit;
-  for (auto it = ready_.begin(); it != ready_.end() && (decisions_ || credit == 0 || in_flight_ < credit);) {
-    int& to_server = in_flight_to_[destination(*it->second.first)];
-    if (decisions_ && credit != 0 && to_server >= credit) {
-      ++it;
-      continue;
-    }
-    auto node = ready_.extract(it++);
-    ++in_flight_;
-    ++to_server;
-    auto [partition, payload] = std::move(node.mapped());
-    if (const auto unfilled = fill_on_release_.find(node.key().second); unfilled != fill_on_release_.end()) {
-      auto buffer = std::make_shared<ByteBuffer>(partition->bytes, ByteBuffer::ForOverwrite{});
-      fill_push(*partition, unfilled->second, buffer->floats());
-      payload = Payload::adopt(std::move(buffer));
-      fill_on_release_.erase(unfilled);
-    }
-    push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
-      push(*partition, std::move(payload));
-    });
-  }
-}
-
-void Worker::push(const PartitionSpec& partition, Payload payload) {
-  MessageHeader fields;
-  fields.key = partition.key;
-  fields.iteration = iteration_;
-  fields.partition = partition.part;
-  fields.priority = partition.priority;
-  const bool fused = scenario_.ps.push_pull == PushPullMode::kFused;
-  send_to(slot_node(destination(partition), scenario_.roles.servers),
-          fused ? Command::kPushPull : Command::kPush, fields, std::move(payload));
-}
-
-int Worker::destination(const PartitionSpec& partition) const {
-  if (!decisions_) return partition.server_rank;
-  const auto index = static_cast<std::size_t>(&partition - workload_.partitions().data());
-  return decisions_->find(iteration_)->owner[index];
 }
 
 void Worker::on_decision(const Message& message) {
@@ -320,11 +274,13 @@ void Worker::on_app_message(Message message) {
   }
   switch (message.header.command) {
     case Command::kPush:
-      on_push_ack(message);
+      --pushes_unacked_;
+      kv_.on_push_ack(message);
       return;
     case Command::kPushPull:
       // The acknowledgement and the aggregate in one reply.
-      release_push_credit(message.header.sender);
+      --pushes_unacked_;
+      kv_.on_push_pull_reply(message);
       on_pull_response(std::move(message));
       return;
     default:
@@ -383,27 +339,7 @@ void Worker::follow_decision_weights(const LbDecision& decision) {
 }
 
 void Worker::serve(Message request) {
-  if (request.header.command == Command::kPull)
-    aggregator_->sync_pull(std::move(request));
-  else
-    aggregator_->sync_push(std::move(request));
-}
-
-void Worker::release_push_credit(NodeId server) {
-  --pushes_unacked_;
-  --in_flight_;
-  --in_flight_to_[slot_of(server, scenario_.roles.servers)];
-  dispatch_pushes();
-}
-
-void Worker::on_push_ack(const Message& message) {
-  release_push_credit(message.header.sender);
-  MessageHeader fields;
-  fields.key = message.header.key;
-  fields.iteration = iteration_;
-  fields.partition = message.header.partition;
-  fields.priority = message.header.priority;
-  send_to(message.header.sender, Command::kPull, fields);
+  aggregator_->handle(std::move(request));
 }
 
 void Worker::on_pull_response(Message message) {
@@ -441,6 +377,7 @@ void Worker::on_model_received() {
   if (decisions_)
     send_to(kSchedulerId, Command::kLbReport, MessageHeader{}, encode_report(monitor_.take(iteration_)));
   ++iteration_;
+  kv_.set_iteration(iteration_);
   snapshot_model();  // the global model: worker 0's own unsent steps are not evaluated
   keep_unsent_steps(iteration_ - 1);
   if (static_cast<int>(iteration_) >= scenario_.workload.iterations) {

@@ -1,11 +1,9 @@
-// A worker: per iteration, compute (modelled), then for every partition in priority order stage it
-// in host-shared memory (copy-in, one executor step), push it (push-out, a second step: the payload
-// is a live view of the staging buffer, read when the transport sends it, as BytePS's zero-copy
-// push does), pull the aggregate once the push is acknowledged; the iteration ends when every
-// partition is pulled (ps.push_pull = fused: one push_pull request per partition, whose reply carries
-// the aggregate). With ps.balancing = "lb" each partition goes to the server the decision for the
-// iteration names, an iteration starts only once its decision is here, and the credit counts per
-// server. At most ps.scheduling_credit partitions are pushed and unacknowledged at once.
+// A worker's iteration driver: per iteration, compute (modelled, or a real gradient step), then for
+// every partition in priority order stage it in host-shared memory (copy-in, one executor step) and
+// hand it to its KvClient (kv_client.hpp: credit, routing, push-out as a second step whose payload is a
+// live view of the staging buffer, read when the transport sends it, as BytePS's zero-copy push does);
+// the iteration ends when every partition's aggregate is pulled. With ps.balancing = "lb" an iteration
+// starts only once its decision is here.
 // lb.worker_aggregators: the worker also aggregates the range of keys a decision gives it, with the
 // server's Aggregator behind a RangeIntake; its own pushes to that range go to itself.
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
@@ -19,6 +17,7 @@
 
 #include "ps/aggregator.hpp"
 #include "ps/balance.hpp"
+#include "ps/kv_client.hpp"
 #include "ps/lb_intake.hpp"
 #include "ps/ps_node.hpp"
 #include "ps/round_plan.hpp"
@@ -40,8 +39,7 @@ class Worker final : public PsNode {
 
   void start_iteration(Seconds started);
   void on_decision(const Message& message);
-  int destination(const PartitionSpec& partition) const;  // aggregator slot: by hash or by decision
-  void serve(Message request);                            // worker aggregators: a push or pull of our range
+  void serve(Message request);  // worker aggregators: a push or pull of our range
   // lb: the send pool's weights follow the bytes `decision` sends to each destination.
   void follow_decision_weights(const LbDecision& decision);
   ComputeCost iteration_cost();
@@ -52,13 +50,7 @@ class Worker final : public PsNode {
   void stage_tensor(int tensor);
   void on_model_received();
   void stage_and_push(const PartitionSpec& partition);
-  void request_pull(const PartitionSpec& partition);  // a pull without a push (RoundPlan)
   void pull_only();  // a round this worker sits out (train.participation): only the model
-  void ready_to_push(const PartitionSpec& partition, Payload payload);
-  void dispatch_pushes();
-  void push(const PartitionSpec& partition, Payload payload);
-  void release_push_credit(NodeId server);
-  void on_push_ack(const Message& message);
   void on_pull_response(Message message);
   std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);
   // What this worker pushes for `partition`: synthetic values, or its gradient slice.
@@ -77,7 +69,9 @@ class Worker final : public PsNode {
   Seconds training_start_ = 0;
   Executor& compute_stage_;
   Executor& copy_stage_;
-  Executor& push_stage_;
+  // ps.balancing = "lb": decisions by iteration (null otherwise), read by the KV client's routing.
+  std::unique_ptr<DecisionBook> decisions_;
+  KvClient kv_;
   std::map<std::uint64_t, std::shared_ptr<ByteBuffer>> staging_;  // key -> mapped staging region
   std::uint32_t iteration_ = 0;
   // workload.layerwise only: tensor t's partitions in push order, its pulls not yet in, its share of
@@ -92,20 +86,8 @@ class Worker final : public PsNode {
   Seconds iteration_start_ = 0;
   std::size_t pulls_outstanding_ = 0;
   std::size_t pushes_unacked_ = 0;
-  // Staged partitions waiting for credit, highest priority first (ByteScheduler's credit-based
-  // preemption): bounding bytes in flight keeps pull requests from queueing behind the whole model.
-  // Equal priorities leave in staging order (a sequence number, never the key).
-  std::map<std::pair<std::int32_t, std::uint64_t>, std::pair<const PartitionSpec*, Payload>> ready_;
-  std::uint64_t staged_sequence_ = 0;
-  // Synthetic pushes (no staging, no training) are made when the credit releases them, not when
-  // staged: by staged sequence, the iteration whose values they carry. Filling all of them at once
-  // wrote a whole model of cold buffers per iteration (about 7 % of a 1 MiB loopback run's CPU).
-  std::map<std::uint64_t, std::uint32_t> fill_on_release_;
-  int in_flight_ = 0;
-  std::map<int, int> in_flight_to_;  // per aggregator slot (the credit's unit with ps.balancing = "lb")
-  // ps.balancing = "lb": decisions by iteration, this node's monitor, and whether the next iteration
-  // waits for its decision (the wait counts in the iteration's time).
-  std::unique_ptr<DecisionBook> decisions_;
+  // ps.balancing = "lb": this node's monitor, and whether the next iteration waits for its decision
+  // (the wait counts in the iteration's time).
   BandwidthMonitor monitor_;
   bool awaiting_decision_ = false;
   std::uint32_t weights_version_ = 0;       // lb: the decision version the send and receive weights follow

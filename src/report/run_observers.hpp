@@ -18,9 +18,10 @@ namespace pstwin {
 
 class RunObservers {
  public:
-  // `model`: train::make_training(sc), null for the synthetic workload (pstwin_core cannot build it).
-  RunObservers(const Scenario& sc, std::unique_ptr<TrainingModel> model)
-      : sc_(sc), workload(sc), checker(sc, workload), recorder(sc, workload), training(std::move(model)) {}
+  // `model` (null for the synthetic workload) must outlive this object: its accuracy is evaluated at the
+  // end of the run.
+  RunObservers(const Scenario& sc, const TrainingModel* model)
+      : sc_(sc), workload(sc), checker(sc, workload), recorder(sc, workload), training(model) {}
   RunObservers(const RunObservers&) = delete;
   RunObservers& operator=(const RunObservers&) = delete;
 
@@ -46,7 +47,7 @@ class RunObservers {
   SyntheticWorkload workload;
   InvariantChecker checker;
   RunRecorder recorder;
-  std::unique_ptr<TrainingModel> training;  // null: synthetic workload
+  const TrainingModel* training;  // null: synthetic workload
   AccuracyRecorder accuracy;
   ValidationRecorder validation;
   StalenessRecorder staleness{static_cast<std::uint64_t>(sc_.ps.max_staleness)};

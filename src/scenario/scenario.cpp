@@ -859,7 +859,7 @@ std::vector<Field> make_registry() {
                          "Each worker keeps the momentum (train.momentum, train.weight_decay) and pushes its "
                          "momentum buffer; servers apply plain SGD to the mean. Same model undefended, "
                          "smaller honest variance for attacks to hide in (ALIE; docs/ZENO.md)."));
-  // [zeno] and [attack]: issue 4 (docs/ZENO.md, docs/ROBUSTNESS.md)
+  // [zeno] and [attack]: ZenoPS robustness (docs/ZENO.md, docs/ROBUSTNESS.md)
   f.push_back(make_field(
       "zeno.rule", PSTWIN_MEMBER(zeno.rule), StringCodec{},
       "Aggregation rule: mean, median, trimmed-mean, krum, multi-krum, centered-clipping, "

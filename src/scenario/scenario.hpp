@@ -105,7 +105,7 @@ struct TrainConfig {
   bool worker_momentum = false;  // workers push their momentum buffer; servers apply plain SGD
 };
 
-// [zeno]: the robust aggregation rule (issue 4) and its parameters, as src/zeno/rules.hpp names them.
+// [zeno]: the robust aggregation rule (ZenoPS) and its parameters, as src/zeno/rules.hpp names them.
 // With roles.validators = 0 servers apply the rule per key; otherwise validators apply it to whole updates.
 struct ZenoScenarioConfig {
   std::string rule = "mean";

@@ -73,10 +73,6 @@ std::span<const AttackInfo> attack_infos() {
   return kAttacks;
 }
 
-std::string_view attack_name(AttackKind kind) {
-  return name_in<AttackKind>(kAttacks, kind);
-}
-
 AttackKind parse_attack(std::string_view name) {
   return parse_in<AttackKind>(kAttacks, name, "attack");
 }

@@ -30,7 +30,6 @@ enum class AttackKind {
 
 using AttackInfo = Named<AttackKind>;
 std::span<const AttackInfo> attack_infos();
-std::string_view attack_name(AttackKind kind);
 // Throws std::invalid_argument naming the value and listing every valid name.
 AttackKind parse_attack(std::string_view name);
 

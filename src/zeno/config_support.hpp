@@ -16,14 +16,6 @@ struct Named {
   std::string_view name;
 };
 
-template <typename Kind>
-std::string_view name_in(std::span<const Named<Kind>> table, Kind kind) {
-  for (const auto& entry : table) {
-    if (entry.kind == kind) return entry.name;
-  }
-  return "unknown";
-}
-
 // Throws std::invalid_argument: "unknown <what> '<name>': choose one of a, b, c".
 template <typename Kind>
 Kind parse_in(std::span<const Named<Kind>> table, std::string_view name, std::string_view what) {

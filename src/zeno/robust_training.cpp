@@ -7,7 +7,6 @@
 #include <string>
 
 #include "train/local_sgd.hpp"
-#include "zeno/validator.hpp"
 
 namespace pstwin::zeno {
 namespace {
@@ -235,10 +234,10 @@ std::unique_ptr<GradientSource> RobustTraining::worker(int rank) const {
   return std::make_unique<AttackingSource>(inner_, scenario_, attack_, plan_, rank);
 }
 
-void RobustTraining::combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
+void RobustCombiner::combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
                              std::span<float> out) const {
   if (rule_.kind == RuleKind::kMean) {
-    TrainingModel::combine(key, gradients, out);  // bit for bit today's path
+    mean_.combine(key, gradients, out);  // bit for bit the plain path
     return;
   }
   RuleInputs inputs{.candidates = gradients};
@@ -251,11 +250,6 @@ void RobustTraining::combine(std::uint64_t key, std::span<const std::span<const 
   const Aggregate result = aggregate(rule_, inputs);
   std::copy(result.value.begin(), result.value.end(), out.begin());
   if (center != nullptr) *center = result.value;
-}
-
-std::unique_ptr<Node> RobustTraining::validator(NodeContext context, int rank,
-                                                const SyntheticWorkload& workload) const {
-  return std::make_unique<Validator>(context, rank, workload, inner_, rule_);
 }
 
 std::unique_ptr<TrainingModel> make_training(const Scenario& scenario) {

@@ -1,8 +1,11 @@
-// Issue 4 wired into the parameter server: the scenario's [zeno] rule and [attack] around the MLP of
-// [train]. RobustTraining is the TrainingModel sim and realnet build (zeno::make_training):
-//   - workers: an attacked worker's GradientSource replaces its honest gradient (attack.*);
-//   - servers without validators: zeno.rule combines each key's gradients (mean: today's path);
-//   - validators (roles.validators > 0): zeno::Validator nodes (validator.hpp) judge whole updates.
+// ZenoPS's robustness wired into the parameter server: the scenario's [zeno] rule and [attack] around
+// the MLP of [train].
+//   - RobustTraining, the TrainingModel every backend builds (zeno::make_training): an attacked
+//     worker's GradientSource replaces its honest gradient (attack.*);
+//   - RobustCombiner, the servers' GradientCombiner without validators: zeno.rule combines each key's
+//     gradients (mean: the plain path, bit for bit);
+//   - validators (roles.validators > 0): zeno::Validator nodes (validator.hpp) judge whole updates;
+//     roles.hpp builds them.
 // Who attacks is a pure function of (seed, round, worker), so every process agrees without messages.
 #pragma once
 
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "ps/training.hpp"
+#include "ps/update_rule.hpp"
 #include "scenario/scenario.hpp"
 #include "train/ps_training.hpp"
 #include "zeno/attacks.hpp"
@@ -53,11 +57,6 @@ class RobustTraining final : public TrainingModel {
     inner_.apply(params, grad, velocity, iteration);
   }
   double test_accuracy(std::span<const float> params) const override { return inner_.test_accuracy(params); }
-  void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
-               std::span<float> out) const override;
-  std::unique_ptr<Node> validator(NodeContext context, int rank,
-                                  const SyntheticWorkload& workload) const override;
-
   const train::MlpTraining& inner() const { return inner_; }
   const RuleConfig& rule() const { return rule_; }
 
@@ -67,8 +66,20 @@ class RobustTraining final : public TrainingModel {
   RuleConfig rule_;
   AttackConfig attack_;
   AttackPlan plan_;
-  // centered-clipping on servers: each key's last aggregate is its next centre. Each key is only
-  // touched by its engine lane; the mutex guards the map itself.
+};
+
+// zeno.rule on the servers of a run without validators. Thread-safe: the servers of one process share it.
+class RobustCombiner final : public GradientCombiner {
+ public:
+  explicit RobustCombiner(const Scenario& scenario) : rule_(rule_config(scenario)) {}
+  void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
+               std::span<float> out) const override;
+
+ private:
+  RuleConfig rule_;
+  MeanCombiner mean_;
+  // centered-clipping: each key's last aggregate is its next centre. Each key is only touched by its
+  // engine lane; the mutex guards the map itself.
   mutable std::mutex centers_mutex_;
   mutable std::map<std::uint64_t, std::vector<float>> centers_;
 };

@@ -34,13 +34,6 @@ constexpr std::array kRules = {
              "baseline: the validator's own update v, every candidate dropped; score <u,v>/||v||^2"},
 };
 
-constexpr std::array<Named<Verdict>, 6> kVerdicts = {{{Verdict::kAccepted, "accepted"},
-                                                      {Verdict::kDropped, "dropped"},
-                                                      {Verdict::kReversed, "reversed"},
-                                                      {Verdict::kInnerProduct, "inner-product"},
-                                                      {Verdict::kNorm, "norm"},
-                                                      {Verdict::kNonFinite, "non-finite"}}};
-
 constexpr std::array<Named<ZenoPlusPlusScaling>, 3> kScalings = {{{ZenoPlusPlusScaling::kRescale, "rescale"},
                                                                   {ZenoPlusPlusScaling::kClip, "clip"},
                                                                   {ZenoPlusPlusScaling::kNone, "none"}}};
@@ -227,25 +220,10 @@ std::span<const RuleInfo> rule_infos() {
   return kRules;
 }
 
-std::string_view rule_name(RuleKind kind) {
-  for (const RuleInfo& info : kRules) {
-    if (info.kind == kind) return info.name;
-  }
-  return "unknown";
-}
-
 RuleKind parse_rule(std::string_view name) {
   std::array<Named<RuleKind>, kRules.size()> names{};
   for (std::size_t i = 0; i < kRules.size(); ++i) names[i] = {kRules[i].kind, kRules[i].name};
   return parse_in<RuleKind>(names, name, "aggregation rule");
-}
-
-std::string_view verdict_name(Verdict verdict) {
-  return name_in<Verdict>(kVerdicts, verdict);
-}
-
-std::string_view scaling_name(ZenoPlusPlusScaling scaling) {
-  return name_in<ZenoPlusPlusScaling>(kScalings, scaling);
 }
 
 ZenoPlusPlusScaling parse_scaling(std::string_view name) {

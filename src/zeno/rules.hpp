@@ -37,7 +37,6 @@ struct RuleInfo {
 };
 
 std::span<const RuleInfo> rule_infos();
-std::string_view rule_name(RuleKind kind);
 // Throws std::invalid_argument naming the value and listing every valid name.
 RuleKind parse_rule(std::string_view name);
 
@@ -50,7 +49,6 @@ enum class Verdict : std::uint8_t {
   kNorm,          // ZenoPS: ||u||^2 >= c ||v||^2
   kNonFinite,     // NaN or Inf in the candidate
 };
-std::string_view verdict_name(Verdict verdict);
 
 struct Decision {
   bool accepted = false;
@@ -118,7 +116,6 @@ struct ZenoPlusPlusConfig {
   double reverse_scale = 0.4;  // in (0, 1]
 };
 
-std::string_view scaling_name(ZenoPlusPlusScaling scaling);
 ZenoPlusPlusScaling parse_scaling(std::string_view name);
 
 struct RuleConfig {

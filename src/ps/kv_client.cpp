@@ -1,0 +1,95 @@
+#include "ps/kv_client.hpp"
+
+#include "core/assert.hpp"
+
+namespace pstwin {
+
+KvClient::KvClient(Runtime& runtime, KvClientOptions options, const SyntheticWorkload& workload,
+                   const DecisionBook* decisions, Executor& push_stage, Fill fill)
+    : rt_(runtime),
+      options_(options),
+      workload_(workload),
+      decisions_(decisions),
+      push_stage_(push_stage),
+      fill_(std::move(fill)) {}
+
+void KvClient::push(const PartitionSpec& partition, Payload payload) {
+  ready_.emplace(std::make_pair(-partition.priority, staged_sequence_++),
+                 std::make_pair(&partition, std::move(payload)));
+  dispatch();
+}
+
+void KvClient::push_filled_on_release(const PartitionSpec& partition, std::uint32_t iteration) {
+  fill_on_release_.emplace(staged_sequence_, iteration);  // the key push() gives it
+  push(partition, Payload{});
+}
+
+void KvClient::pull(const PartitionSpec& partition) {
+  send(slot_node(destination(partition), options_.servers), Command::kPull, partition);
+}
+
+void KvClient::on_push_ack(const Message& ack) {
+  release_credit(ack.header.sender);
+  Message pull;
+  pull.header.key = ack.header.key;
+  pull.header.iteration = iteration_;
+  pull.header.partition = ack.header.partition;
+  pull.header.priority = ack.header.priority;
+  pull.header.recipient = ack.header.sender;
+  pull.header.command = Command::kPull;
+  rt_.send(std::move(pull));
+}
+
+int KvClient::destination(const PartitionSpec& partition) const {
+  if (!decisions_) return partition.server_rank;
+  const auto index = static_cast<std::size_t>(&partition - workload_.partitions().data());
+  const LbDecision* decision = decisions_->find(iteration_);
+  PSTWIN_ASSERT(decision != nullptr, "a request routed before its iteration's decision arrived");
+  return decision->owner[index];
+}
+
+void KvClient::send(NodeId to, Command command, const PartitionSpec& partition, Payload payload) {
+  Message message;
+  message.header.key = partition.key;
+  message.header.iteration = iteration_;
+  message.header.partition = partition.part;
+  message.header.priority = partition.priority;
+  message.header.recipient = to;
+  message.header.command = command;
+  message.payload = std::move(payload);
+  rt_.send(std::move(message));
+}
+
+void KvClient::release_credit(NodeId aggregator) {
+  PSTWIN_ASSERT(in_flight_ > 0, "a push acknowledged that was never sent");
+  --in_flight_;
+  --in_flight_to_[slot_of(aggregator, options_.servers)];
+  dispatch();
+}
+
+void KvClient::dispatch() {
+  const int credit = options_.scheduling_credit;
+  for (auto it = ready_.begin(); it != ready_.end() && (decisions_ || credit == 0 || in_flight_ < credit);) {
+    int& to_aggregator = in_flight_to_[destination(*it->second.first)];
+    if (decisions_ && credit != 0 && to_aggregator >= credit) {
+      ++it;
+      continue;
+    }
+    auto node = ready_.extract(it++);
+    ++in_flight_;
+    ++to_aggregator;
+    auto [partition, payload] = std::move(node.mapped());
+    if (const auto unfilled = fill_on_release_.find(node.key().second); unfilled != fill_on_release_.end()) {
+      auto buffer = std::make_shared<ByteBuffer>(partition->bytes, ByteBuffer::ForOverwrite{});
+      fill_(*partition, unfilled->second, buffer->floats());
+      payload = Payload::adopt(std::move(buffer));
+      fill_on_release_.erase(unfilled);
+    }
+    push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
+      send(slot_node(destination(*partition), options_.servers),
+           options_.fused ? Command::kPushPull : Command::kPush, *partition, std::move(payload));
+    });
+  }
+}
+
+}  // namespace pstwin

@@ -1,0 +1,49 @@
+// The one place that builds a node's protocol role, for every backend (the simulator, every node in one
+// process, one node per process). What the roles of a process share is made here once from the
+// scenario: the workload's partitions, the training model (with src/zeno's attacks) and the servers'
+// update rule (ps/update_rule.hpp: sum, SGD with zeno.rule's combiner, or validators' sums).
+// It lives in the topmost protocol layer because it is the only code that knows every role.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "core/runtime.hpp"
+#include "ps/ps_node.hpp"
+#include "ps/round_plan.hpp"
+#include "ps/training.hpp"
+#include "ps/update_rule.hpp"
+#include "ps/workload.hpp"
+#include "scenario/scenario.hpp"
+
+namespace pstwin::zeno {
+
+class RobustTraining;
+
+class JobRoles {
+ public:
+  // Throws ScenarioError naming the field when the scenario's model, rule or attack cannot be built.
+  // `scenario` must outlive this object and every role it builds.
+  explicit JobRoles(const Scenario& scenario);
+  ~JobRoles();
+  JobRoles(const JobRoles&) = delete;
+  JobRoles& operator=(const JobRoles&) = delete;
+
+  // The role `role` of rank `rank` (the scheduler ignores the rank). A server's rank may be -1 (a real
+  // node learns it from the scheduler). Validators need workload.kind = "mlp": ScenarioError otherwise.
+  std::unique_ptr<Node> make(Role role, int rank, const NodeContext& context) const;
+
+  const SyntheticWorkload& workload() const { return workload_; }
+  const TrainingModel* training() const;  // null: synthetic workload
+  const UpdateRule& update_rule() const { return *rule_; }
+
+ private:
+  const Scenario& scenario_;
+  SyntheticWorkload workload_;
+  RoundPlan plan_;
+  std::unique_ptr<RobustTraining> training_;
+  std::unique_ptr<GradientCombiner> combiner_;
+  std::unique_ptr<UpdateRule> rule_;
+};
+
+}  // namespace pstwin::zeno
