@@ -167,6 +167,31 @@ TEST(Node, FourTerminalLaunchCompletes) {
         << entry.path();
 }
 
+// FILE as the other commands take it, --scenario as before (not both); -q: nothing on success.
+TEST(Node, ScenarioAsFileOrOptionAndQuietSuccessPrintsNothing) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  // crossed_line runs 10 iterations, the default quickstart 5: the summaries tell which file was read.
+  const std::string file = "scenarios/crossed_line.toml";
+  NodeProcess scheduler("scheduler-file", job_env("scheduler", port), {file, "-q"});
+  NodeProcess server("server-file", job_env("server", port), {"--scenario", file, "-q"});
+  NodeProcess worker0("worker0-file", worker_env(0, port), {file});
+  NodeProcess worker1("worker1-file", worker_env(1, port), {"--scenario", file, "--quiet"});
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (NodeProcess* node : {&scheduler, &server, &worker0, &worker1})
+    EXPECT_EQ(node->wait_until(deadline), 0) << node->output();
+  EXPECT_NE(worker0.output().find("pstwin node: worker rank 0 (node 9): 10 iterations"), std::string::npos)
+      << worker0.output();
+  EXPECT_EQ(scheduler.output(), "");
+  EXPECT_EQ(server.output(), "");
+  EXPECT_EQ(worker1.output(), "");
+
+  NodeProcess both("both", worker_env(0, port), {file, "--scenario", file});
+  EXPECT_EQ(both.wait_until(Clock::now() + std::chrono::seconds(5)), 2) << both.output();
+  EXPECT_NE(both.output().find("--scenario"), std::string::npos) << both.output();
+}
+
 // A node on its own keeps to run.time_limit (wall clock), not sim.max_time (simulated time).
 TEST(Node, TimeLimitEndsANodeThatWaitsTooLong) {
   PortHolder reserved;
@@ -175,7 +200,7 @@ TEST(Node, TimeLimitEndsANodeThatWaitsTooLong) {
   // A scheduler whose workers never come: only the time limit ends it.
   const auto start = Clock::now();
   NodeProcess scheduler("scheduler-limit", job_env("scheduler", port),
-                        {"--scenario", "scenarios/quickstart.toml", "-q", "--set", "run.time_limit=2s", "--set",
+                        {"scenarios/quickstart.toml", "-q", "--set", "run.time_limit=2s", "--set",
                          "sim.max_time=1ms", "--set", "ps.connect_timeout=60s"});
   EXPECT_EQ(scheduler.wait_until(start + std::chrono::seconds(20)), 1) << scheduler.output();
   EXPECT_GE(Clock::now() - start, std::chrono::seconds(2));

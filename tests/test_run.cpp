@@ -69,8 +69,10 @@ std::vector<std::string> run_args(const std::string& scenario, const std::filesy
 
 TEST(Run, QuickstartWritesRealResults) {
   TempDir dir("quickstart");
-  Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "out", {"workload.iterations=2"}),
-             dir.path() / "log");
+  // Not quiet: the summary is part of what is checked.
+  Pstwin run(
+      run_args("scenarios/quickstart.toml", dir.path() / "out", {"workload.iterations=2"}, /*quiet=*/false),
+      dir.path() / "log");
   ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
   const auto r = results(dir.path() / "out");
   EXPECT_EQ(r["backend"], "real");
@@ -245,6 +247,34 @@ TEST(Run, LegacyNamingCrossesOnlyBetweenWorkersOnOneHost) {
   EXPECT_TRUE(r["completed"].get<bool>());
   EXPECT_EQ(r["invariants"]["by_invariant"]["aggregates"]["checked"], 120);
   EXPECT_EQ(r["invariants"]["violation_count"], 0) << r["invariants"].dump();
+}
+
+// `pstwin run --seed` means what `pstwin sim --seed` means: every node's random streams and data come
+// from it. The MLP's initial model and batches do, so the sync model digest tells which seed ran.
+TEST(Run, SeedOptionSeedsEveryNodeAsSimDoes) {
+  TempDir dir("seed");
+  const std::vector<std::string> sets{"--set", "workload.iterations=3", "--set", "train.eval_every=0"};
+  auto sim = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args{"sim", "scenarios/mlp_quick.toml", "-q", "--out",
+                                  (dir.path() / name).string()};
+    args.insert(args.end(), sets.begin(), sets.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    Pstwin p(args, dir.path() / (name + ".log"));
+    EXPECT_EQ(p.wait_until(Clock::now() + std::chrono::seconds(120)), 0) << p.output();
+    return results(dir.path() / name);
+  };
+  const auto seeded = sim("sim7", {"--seed", "7"});
+  const auto plain = sim("sim", {});
+  ASSERT_NE(seeded["model_digest"], plain["model_digest"]) << "the seed no longer changes the model";
+  std::vector<std::string> args{"run",   "scenarios/mlp_quick.toml",    "-q", "--seed", "7",
+                                "--out", (dir.path() / "run7").string()};
+  args.insert(args.end(), sets.begin(), sets.end());
+  Pstwin run(args, dir.path() / "run7.log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(120)), 0) << run.output();
+  const auto r = results(dir.path() / "run7");
+  EXPECT_EQ(r["seed"], 7);
+  EXPECT_EQ(r["model_digest"], seeded["model_digest"]);
+  EXPECT_NE(r["replay"].get<std::string>().find("--seed 7"), std::string::npos) << r["replay"];
 }
 
 // sim.max_time is simulated time: it does not limit a real run (it used to, capped at 300 s).
