@@ -19,7 +19,8 @@ using testing::run_shell;
 
 TEST(Sim, QuickstartCompletesAndChecksEveryAggregate) {
   const auto dir = fresh_dir("quickstart");
-  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --out " + dir.string());
+  // Not -q: the summary is checked.
+  const auto run = run_pstwin("sim scenarios/quickstart.toml --out " + dir.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("0 violated"), std::string::npos) << run.output;
   const auto r = read_json(dir / "results.json");
