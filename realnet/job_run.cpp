@@ -38,6 +38,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long nodes told to stop (SIGTERM) get to write their reports before they are killed: a node
+// notices within 50 ms, then joins its threads (ZeroMQ lingers up to 1 s) and, in an mlp run, worker 0
+// evaluates its model.
+constexpr auto kStopGrace = std::chrono::seconds(10);
+
 volatile sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) {
   g_signal = sig;
@@ -57,6 +62,13 @@ int free_port() {
   ::close(fd);
   if (!ok) throw std::runtime_error(std::string("cannot pick a free port: ") + std::strerror(error));
   return ntohs(addr.sin_port);
+}
+
+// "300 s", "0.5 s": a limit as the user wrote it, without std::to_string's six decimals.
+std::string format_seconds(double seconds) {
+  std::ostringstream out;
+  out << seconds << " s";
+  return out.str();
 }
 
 std::string node_name(const NodePart& part) {
@@ -116,6 +128,10 @@ class Child {
       return true;
     }
     return false;
+  }
+  // Asks a running child to stop: `pstwin node` then ends as a failed node does and writes its report.
+  void terminate() {
+    if (!poll() && pid_ > 0) ::kill(pid_, SIGTERM);
   }
   void kill() {
     if (exit_code_ || pid_ <= 0) return;
@@ -444,7 +460,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   struct StagingSweep {
     std::string prefix;
     ~StagingSweep() { ShmStaging::unlink_all(prefix); }
-  } const staging_sweep{"pstwin_" + std::to_string(port) + "_"};
+  } const staging_sweep{job_staging_prefix(port)};
   std::optional<NetnsCluster> cluster;
   if (options.netns)
     cluster.emplace(sc, NetnsCluster::prefix_for(::getpid()), options.log, staging_sweep.prefix);
@@ -489,6 +505,9 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   for (const auto& spec : specs) {
     std::vector<std::string> env = base_env;
     env.push_back("DMLC_ROLE=" + spec.role);
+    // Host-local resources (staging in /dev/shm) are the scenario host's, as in the simulator: every
+    // emulated host shares this machine's /dev/shm, namespaces or not.
+    env.push_back("PSTWIN_HOST=" + spec.host);
     if (spec.worker_id >= 0) env.push_back("DMLC_WORKER_ID=" + std::to_string(spec.worker_id));
     if (spec.validator_id >= 0)
       env.insert(env.end(),
@@ -501,32 +520,50 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       const double payload_Bps = sc.host_link(spec.host).bandwidth_Bps * shaped_payload_factor(sc);
       env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(payload_Bps)));
     }
-    std::vector<std::string> args{"--scenario", options.scenario_path, "-q", "--report",
+    // Not -q: each node's log keeps its summary line (and any failure) for parts/<name>.log.
+    std::vector<std::string> args{"--scenario", options.scenario_path, "--report",
                                   (dir / (spec.name + ".json")).string()};
     for (const auto& set : options.sets) args.insert(args.end(), {"--set", set});
+    if (options.seed) args.insert(args.end(), {"--set", "seed=" + std::to_string(*options.seed)});
     children.push_back(std::make_unique<Child>(spec.name, binary, args, env,
                                                (dir / (spec.name + ".log")).string(),
                                                cluster ? cluster->netns_fd(spec.host) : -1));
     log("started " + spec.name + " (pid " + std::to_string(children.back()->pid()) + ")");
   }
 
-  const double timeout_s = std::min(sc.sim.max_time_s, 300.0);
+  // run.time_limit, wall clock, as every node's own limit (sim.max_time is simulated time).
+  const double timeout_s = sc.run.time_limit_s;
+  log("time limit " + format_seconds(timeout_s) + " (run.time_limit)");
   const auto deadline =
       wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   std::string failure;
   auto kill_all = [&] {
     for (auto& child : children) child->kill();
   };
+  // SIGINT/SIGTERM to the launcher: every node killed, everything made removed, exit 128 + signal.
+  auto exit_on_signal = [&] {
+    const int sig = g_signal;
+    kill_all();
+    ShmStaging::unlink_all(staging_sweep.prefix);  // std::exit skips the sweep's destructor
+    sampler.reset();
+    cluster.reset();  // std::exit runs no destructors of this frame
+    log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
+    std::exit(128 + sig);
+  };
+  // The job ends early: the nodes still running are told to stop, so each writes what it completed
+  // (iterations, checks) and results.json has it; one that does not stop in time is killed.
+  auto stop_all = [&] {
+    for (auto& child : children) child->terminate();
+    const auto until = Clock::now() + kStopGrace;
+    while (g_signal == 0 && Clock::now() < until &&
+           !std::ranges::all_of(children, [](const auto& child) { return child->poll(); }))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill_all();
+  };
   for (;;) {
-    if (g_signal != 0) {
-      const int sig = g_signal;
-      kill_all();
-      ShmStaging::unlink_all(staging_sweep.prefix);  // std::exit skips the sweep's destructor
-      sampler.reset();
-      cluster.reset();  // std::exit runs no destructors of this frame
-      log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
-      std::exit(128 + sig);
-    }
+    if (g_signal != 0) exit_on_signal();
+    // Past the limit a node's own (a little later: it started later) is no failure of its own.
+    const bool late = Clock::now() >= deadline;
     bool all_done = true;
     for (auto& child : children) {
       if (!child->poll()) {
@@ -534,27 +571,29 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
         continue;
       }
       const int code = *child->exit_code();
-      if (code == 0 || child->killed() || !failure.empty()) continue;
+      if (code == 0 || child->killed() || !failure.empty() || late) continue;
       // Exit status 1 with a completed report is a node that saw violations: the job goes on.
       const auto part = read_part((dir / (child->name() + ".json")).string());
       if (code == 1 && part && part->completed) continue;
       failure = child->name() + " failed with exit status " + std::to_string(code) + " (see " +
                 (dir / (child->name() + ".log")).string() + ")";
-      log(failure + ": killing every node");
+      log(failure + ": stopping every node");
     }
     if (!failure.empty()) {
-      kill_all();
+      stop_all();
       break;
     }
     if (all_done) break;
-    if (Clock::now() >= deadline) {
-      failure = "wall-clock timeout of " + std::to_string(timeout_s) + " s before every node ended";
-      log(failure + ": killing every node");
-      kill_all();
+    if (late) {
+      failure = "run.time_limit of " + format_seconds(timeout_s) +
+                " (wall clock) reached before every node ended; the nodes were stopped";
+      log(failure);
+      stop_all();
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  if (g_signal != 0) exit_on_signal();  // while the nodes were stopping: no longer waited for
   children.clear();
   const double job_s = std::chrono::duration<double>(Clock::now() - spawn_start).count();
   std::vector<LinkUsage> links;
@@ -576,6 +615,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       failure = spec.name + " wrote no report (see " + (dir / (spec.name + ".log")).string() + ")";
   }
   RunReport report = merge_parts(sc, parts, failure);
+  if (options.seed) report.replay = replay_command(sc, options.seed, "run");
   report.van = std::string(van_name(options.van));
   report.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
   report.run_time_s = report.wall_s;

@@ -3,7 +3,9 @@
 // them, and merges what each wrote with `--report` into one RunReport (backend "real").
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,14 +40,18 @@ struct JobRunOptions {
   std::string binary;             // the pstwin executable to spawn ("" = /proc/self/exe)
   std::string scenario_path;      // passed to every node as --scenario
   std::vector<std::string> sets;  // FIELD=VALUE, passed to every node as --set
+  std::optional<std::uint64_t> seed;  // `pstwin run --seed`: every node's scenario seed (and the replay's)
   std::string parts_dir;          // <role><rank>.json and <role><rank>.log go here
   bool netns = false;   // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
   Van van = Van::kZmq;  // every node's transport (DMLC_PS_VAN_TYPE)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };
 
-// Runs the job; never leaves a child running (nor, with `netns`, a namespace: NetnsCluster). SIGINT/SIGTERM
-// to this process kill every child and then exit this process with status 128 + signal.
+// Runs the job; never leaves a child running (nor, with `netns`, a namespace: NetnsCluster). Each node
+// is its scenario host's (PSTWIN_HOST): nodes share staging memory only with nodes on their host. When a
+// node fails or run.time_limit passes, the others are stopped with SIGTERM (SIGKILL after a grace
+// period) so they report what they completed. SIGINT/SIGTERM to this process kill every child and then
+// exit this process with status 128 + signal.
 RunReport run_job(const Scenario& scenario, const JobRunOptions& options);
 
 }  // namespace pstwin::realnet

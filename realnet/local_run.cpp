@@ -47,7 +47,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     options.on_started(addresses);
   }
 
-  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : std::min(sc.sim.max_time_s, 120.0);
+  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : std::min(sc.run.time_limit_s, 120.0);
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_s));

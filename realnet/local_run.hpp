@@ -20,7 +20,7 @@ struct LocalRunOptions {
   std::function<void(std::string_view)> log;
   // Called once every node is bound and started, with (label, address) per node.
   std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_started;
-  // Wall-clock limit; 0: sim.max_time_s capped at 120 s.
+  // Wall-clock limit; 0: run.time_limit capped at 120 s (an in-process test job).
   double timeout_s = 0;
   Van van = Van::kZmq;  // the transport of every node
 };

@@ -78,7 +78,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "BYTEPS_LOG_LEVEL",
                                               "DMLC_PS_VAN_TYPE",
                                               "PSTWIN_NIC_RATE",
-                                              "PSTWIN_PACING"};
+                                              "PSTWIN_PACING",
+                                              "PSTWIN_HOST"};
   return names;
 }
 
@@ -184,6 +185,14 @@ NodeEnv parse_node_env(const Env& env) {
           "user (the epoll van holds a paced connection a message at a time; the default) or kernel "
           "(SO_MAX_PACING_RATE)");
     out.kernel_pacing = *v == "kernel";
+  }
+  if (const auto* v = find(env, "PSTWIN_HOST"); v != nullptr && !v->empty()) {
+    // It becomes part of shared-memory object names, which are limited to 255 characters.
+    if (v->size() > 64)
+      bad("PSTWIN_HOST", *v,
+          "a host name of at most 64 characters (nodes with the same PSTWIN_HOST share staging memory), "
+          "e.g. h1; unset: this machine's host name");
+    out.host = *v;
   }
   return out;
 }

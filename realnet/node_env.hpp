@@ -44,6 +44,10 @@ struct NodeEnv {
   double nic_rate_Bps = 0;            // PSTWIN_NIC_RATE (bytes/s): the epoll van paces to shares of it
   bool nic_rate_auto = false;         // PSTWIN_NIC_RATE=auto: read from the kernel at start (nic_rate.hpp)
   bool kernel_pacing = false;         // PSTWIN_PACING=kernel: SO_MAX_PACING_RATE instead of the van's own
+  // PSTWIN_HOST: the host this node is on, for what is local to a host (shared-memory staging): nodes
+  // of one job with equal hosts share it. `pstwin run` sets each node's scenario host; "" (unset):
+  // this machine's host name, so hand-launched nodes share exactly when they share a machine.
+  std::string host;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

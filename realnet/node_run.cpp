@@ -1,6 +1,9 @@
 #include "realnet/node_run.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -194,6 +197,23 @@ void sweep_staging_left_behind(const std::string& prefix, const std::string& lab
         "* left by an earlier job on this port (a node killed with kill -9 cannot remove its own)");
 }
 
+// The host whose staging this node shares: PSTWIN_HOST (`pstwin run` sets the scenario host), else
+// this machine's host name, as every process on one machine shares its /dev/shm.
+std::string host_of(const NodeEnv& env) {
+  if (!env.host.empty()) return env.host;
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0 || name[0] == '\0') return "localhost";
+  return name.data();
+}
+
+std::string time_limit_text(double limit_s, std::uint64_t iterations, Role role) {
+  std::ostringstream out;
+  out << "run.time_limit of " << limit_s << " s (wall clock) reached";
+  if (role == Role::kWorker) out << " after " << iterations << " iteration(s)";
+  out << " before the job ended";
+  return out.str();
+}
+
 }  // namespace
 
 NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOptions& options) {
@@ -227,10 +247,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   if (counts_staleness) observers.push_back(&staleness);
   ObserverFanout fanout(std::move(observers));
   LockedObserver observer(fanout);
-  // One job's staging objects are kept apart from another's on this host by the scheduler port;
-  // within the job, names collide exactly when staging.naming makes them equal.
-  const std::string staging_prefix = "pstwin_" + std::to_string(env.root_port) + "_";
-  auto staging = std::make_shared<ShmStaging>(staging_prefix);
+  // One job's staging objects are kept apart from another's by the scheduler port and, within the job,
+  // one host's from another's by the host (several emulated hosts share this machine's /dev/shm); on
+  // one host names collide exactly when staging.naming makes them equal.
+  auto staging = std::make_shared<ShmStaging>(host_staging_prefix(env.root_port, host_of(env)));
   // Before any thread starts: Ctrl-C or a plain `kill` stops the node cleanly, staging unlinked.
   StopSignals stop_signals;
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
@@ -250,7 +270,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
-  if (env.role == Role::kScheduler) sweep_staging_left_behind(staging_prefix, label, log);
+  // Every host's leftovers of this port that this machine holds (the whole job's, with `pstwin run`).
+  if (env.role == Role::kScheduler) sweep_staging_left_behind(job_staging_prefix(env.root_port), label, log);
   const NodeContext context{rt, sc, observer, env.scheduler_address()};
   if (env.role == Role::kValidator && !training)
     throw NodeEnvError("DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
@@ -263,10 +284,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   rt.attach(std::move(counter));
   if (env.verbose >= 1) log("[pstwin] " + label + ": listening on " + rt.local_address());
   rt.start();
-  // Heartbeats and the connect timeout end a stuck job; this only guards against a protocol hang.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
-                            std::max(sc.sim.max_time_s, sc.ps.connect_timeout_s)));
+  // run.time_limit, wall clock (sim.max_time is simulated time). Heartbeats and the connect timeout end
+  // a stuck job sooner; this bounds a job that runs too long or a protocol hang.
+  const double time_limit_s = sc.run.time_limit_s;
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(time_limit_s));
   bool stopped = false;
   int interrupted_by = 0;
   while (!stopped && !host.failed() && std::chrono::steady_clock::now() < deadline) {
@@ -298,8 +321,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   if (host.failed())
     details << "failure: " << host.failure() << "\n";
   else if (!stopped)
-    details << "failure: still running after " << std::max(sc.sim.max_time_s, sc.ps.connect_timeout_s)
-            << " s (sim.max_time): " << state << "\n";
+    details << "failure: " << time_limit_text(time_limit_s, stats.iterations, env.role) << ": " << state
+            << "\n";
   for (const auto& v : checker.violations())
     details << "violation [" << v.invariant << "] " << v.detail << "\n";
   result.details = details.str();
@@ -328,7 +351,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   if (host.failed())
     part.failure = host.failure();
   else if (!stopped)
-    part.failure = "still running after the node's deadline: " + state;
+    part.failure = time_limit_text(time_limit_s, stats.iterations, env.role) + ": " + state;
   part.checked = checker.checked();
   part.violation_count = checker.violation_count();
   part.violations = checker.violations();

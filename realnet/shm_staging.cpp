@@ -28,6 +28,20 @@ struct Fd {
 
 }  // namespace
 
+std::string job_staging_prefix(int root_port) {
+  return "pstwin_" + std::to_string(root_port) + "_";
+}
+
+std::string host_staging_prefix(int root_port, std::string_view host) {
+  std::string out = job_staging_prefix(root_port);
+  for (const char c : host) {
+    const bool kept =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    out += kept ? c : '-';
+  }
+  return out + "_";
+}
+
 ShmStaging::ShmStaging(std::string prefix) : prefix_(std::move(prefix)) {}
 
 ShmStaging::~ShmStaging() {

@@ -15,9 +15,18 @@
 
 namespace pstwin::realnet {
 
+// Every staging object of the job whose scheduler listens on `root_port`, on any host:
+// "pstwin_<root port>_". The scheduler's and the launcher's sweeps remove objects by this prefix.
+std::string job_staging_prefix(int root_port);
+// The staging objects of that job's nodes on one host: "pstwin_<root port>_<host>_", `host` with every
+// character but letters, digits, '.' and '-' replaced by '-' (so the '_' after it ends it). Only
+// processes on one host share staging memory, as on a real cluster and in the simulator, also when
+// several emulated hosts (`pstwin run`, with or without --netns) share this machine's /dev/shm.
+std::string host_staging_prefix(int root_port, std::string_view host);
+
 class ShmStaging final : public StagingArea {
  public:
-  // `prefix` separates independent jobs on one host (pstwin node uses "pstwin_<root port>_").
+  // `prefix` separates independent jobs and the hosts of one job (pstwin node uses host_staging_prefix).
   explicit ShmStaging(std::string prefix);
   ~ShmStaging() override;
   ShmStaging(const ShmStaging&) = delete;

@@ -41,6 +41,24 @@ void watch_for_stalls(Cluster& cluster, Seconds window) {
   }
 }
 
+// A run still going at sim.max_time ends there: how far it got, and what each node was doing.
+std::string time_limit_failure(const Scenario& sc, const RunObservers& observers, const std::string& stuck) {
+  RunReport reached;
+  observers.recorder.fill(reached);
+  std::ostringstream out;
+  out << "time limit " << sc.sim.max_time_s << " s (sim.max_time) reached after " << reached.iterations.size()
+      << " of " << sc.workload.iterations << " iterations, before every node stopped:" << stuck;
+  return out.str();
+}
+
+// Kills every actor left and lets each unwind its stack (their waits hold references to the
+// cluster's condition variables), so the cluster can be destroyed.
+void end_remaining_actors(s4u::Engine& engine) {
+  if (engine.get_actor_count() == 0) return;
+  s4u::Actor::kill_all();
+  engine.run();
+}
+
 }  // namespace
 
 RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
@@ -137,8 +155,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   if (cluster.failed())
     report.failure = cluster.failure();
   else if (!all_stopped)
-    report.failure = "simulation reached sim.max_time = " + std::to_string(sc.sim.max_time_s) +
-                     " s before every node stopped:" + stuck.str();
+    report.failure = time_limit_failure(sc, observers, stuck.str());
   observers.finish_run(report);
   cluster.fill(report, run_time);
   report.run_time_s = run_time;
@@ -164,6 +181,9 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   observers.fold_invariants(report);
   report.replay = replay_command(sc, sc.seed);
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  // Cut off at sim.max_time, actors still wait on the cluster's condition variables, and SimGrid
+  // aborts when one goes while waited on: the actors unwind first.
+  if (!all_stopped) end_remaining_actors(engine);
   return report;
 }
 

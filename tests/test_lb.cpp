@@ -230,7 +230,7 @@ TEST(Lb, ProbeStateEnteredWhenMeasurementsAreMissing) {
 }
 
 TEST(Lb, DecisionSwitchUnderInFlightTrafficLosesAndMisroutesNothingIn500Seeds) {
-  const auto explore = run_pstwin("explore scenarios/lb_switch.toml --seeds 500 -q -j 2");
+  const auto explore = run_pstwin("explore scenarios/lb_switch.toml --seeds 500 -j 2");
   EXPECT_EQ(explore.exit_code, 0) << explore.output.substr(0, 4000);
   EXPECT_NE(
       explore.output.find("explored 500 seeds (0..499) of lb_switch: 0 with invariant violations, 500 clean"),
@@ -397,7 +397,7 @@ TEST(LbAggregators, DecisionSwitchWithAggregatorsLosesAndMisroutesNothingIn150Se
   // lb_switch with worker aggregators: ranges move from servers to workers and back at almost every
   // boundary (probes at 3 and 5 give everything to the servers, balanced decisions give workers a share).
   const auto explore =
-      run_pstwin("explore scenarios/lb_switch.toml --seeds 150 -q -j 2 --set lb.worker_aggregators=true");
+      run_pstwin("explore scenarios/lb_switch.toml --seeds 150 -j 2 --set lb.worker_aggregators=true");
   EXPECT_EQ(explore.exit_code, 0) << explore.output.substr(0, 4000);
   EXPECT_NE(
       explore.output.find("explored 150 seeds (0..149) of lb_switch: 0 with invariant violations, 150 clean"),

@@ -184,6 +184,32 @@ TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
   }
 }
 
+// Each namespace is a host of its own, but all share this machine's /dev/shm: staging memory must still
+// be the host's. With legacy naming two workers on one host cross aggregates (retried: the race is real
+// timing), two on different hosts never do.
+TEST(Netns, LegacyNamingCrossesOnlyBetweenWorkersOnOneHost) {
+  SKIP_WITHOUT_NAMESPACES();
+  const auto dir = testing::fresh_dir("netns-crossed");
+  auto crossed = [&](const std::string& worker_hosts, const std::string& name) {
+    const auto out = dir / name;
+    const auto r = testing::run_pstwin("run scenarios/crossed_line.toml --netns -q --out " + out.string() +
+                                       " --set staging.naming=legacy-key-only --set "
+                                       "perturbation.compute_jitter=0ms --set workload.iterations=30"
+                                       " --set cluster.hosts=2 --set roles.worker_hosts=" +
+                                       worker_hosts);
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.output;
+    const auto results = testing::read_json(out / "results.json");
+    EXPECT_TRUE(results["completed"].get<bool>()) << r.output;
+    EXPECT_EQ(results["invariants"]["by_invariant"]["aggregates"]["checked"], 120);
+    return results["invariants"]["violation_count"].get<std::uint64_t>();
+  };
+  EXPECT_EQ(crossed("h0,h1", "two-hosts"), 0u);
+  std::uint64_t one_host = 0;
+  for (int attempt = 0; attempt < 3 && one_host == 0; ++attempt)
+    one_host = crossed("h1", "one-host" + std::to_string(attempt));
+  EXPECT_GT(one_host, 0u) << "two workers on one host crossed no aggregate in 3 runs of 30 iterations";
+}
+
 // Load balancing on a namespace cluster: lb_hetero_netns cut to 4 workers and 4 iterations (servers
 // at 25, 25, 12.5 and 6.25 Mb/s). The run must end clean (routing, aggregates, and a lost-update count
 // that follows the decisions, not the hash split), the merged results.json must carry the scheduler's

@@ -167,6 +167,49 @@ TEST(Node, FourTerminalLaunchCompletes) {
         << entry.path();
 }
 
+// FILE as the other commands take it, --scenario as before (not both); -q: nothing on success.
+TEST(Node, ScenarioAsFileOrOptionAndQuietSuccessPrintsNothing) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  // crossed_line runs 10 iterations, the default quickstart 5: the summaries tell which file was read.
+  const std::string file = "scenarios/crossed_line.toml";
+  NodeProcess scheduler("scheduler-file", job_env("scheduler", port), {file, "-q"});
+  NodeProcess server("server-file", job_env("server", port), {"--scenario", file, "-q"});
+  NodeProcess worker0("worker0-file", worker_env(0, port), {file});
+  NodeProcess worker1("worker1-file", worker_env(1, port), {"--scenario", file, "--quiet"});
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (NodeProcess* node : {&scheduler, &server, &worker0, &worker1})
+    EXPECT_EQ(node->wait_until(deadline), 0) << node->output();
+  EXPECT_NE(worker0.output().find("pstwin node: worker rank 0 (node 9): 10 iterations"), std::string::npos)
+      << worker0.output();
+  EXPECT_EQ(scheduler.output(), "");
+  EXPECT_EQ(server.output(), "");
+  EXPECT_EQ(worker1.output(), "");
+
+  NodeProcess both("both", worker_env(0, port), {file, "--scenario", file});
+  EXPECT_EQ(both.wait_until(Clock::now() + std::chrono::seconds(5)), 2) << both.output();
+  EXPECT_NE(both.output().find("--scenario"), std::string::npos) << both.output();
+}
+
+// A node on its own keeps to run.time_limit (wall clock), not sim.max_time (simulated time).
+TEST(Node, TimeLimitEndsANodeThatWaitsTooLong) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  // A scheduler whose workers never come: only the time limit ends it.
+  const auto start = Clock::now();
+  NodeProcess scheduler("scheduler-limit", job_env("scheduler", port),
+                        {"scenarios/quickstart.toml", "-q", "--set", "run.time_limit=2s", "--set",
+                         "sim.max_time=1ms", "--set", "ps.connect_timeout=60s"});
+  EXPECT_EQ(scheduler.wait_until(start + std::chrono::seconds(20)), 1) << scheduler.output();
+  EXPECT_GE(Clock::now() - start, std::chrono::seconds(2));
+  // -q: a failure still says what happened, and the summary line with it.
+  EXPECT_NE(scheduler.output().find("failure: run.time_limit of 2 s (wall clock) reached"), std::string::npos)
+      << scheduler.output();
+  EXPECT_NE(scheduler.output().find("pstwin node: scheduler"), std::string::npos) << scheduler.output();
+}
+
 TEST(Node, WorkerWithoutSchedulerFailsAfterConnectTimeout) {
   PortHolder reserved;  // nobody ever answers on it: a listening socket that never speaks ZMTP
   const int port = reserved.port();
@@ -260,6 +303,25 @@ TEST(Node, ShmStagingSharesEqualNamesAcrossInstances) {
   EXPECT_EQ(a.created(), 1u);
   EXPECT_EQ(b.created(), 1u);
   EXPECT_EQ(b.object_name("job0/worker/1/7"), "/" + unique_prefix("share") + "job0_worker_1_7");
+}
+
+// One job's objects on one host share a prefix, under the job's prefix that the sweeps remove; the host
+// part cannot run into the buffer name ('_' ends it) nor hold a '/'.
+TEST(Node, ShmStagingPrefixesAreTheJobsAndTheHosts) {
+  EXPECT_EQ(realnet::job_staging_prefix(1234), "pstwin_1234_");
+  EXPECT_EQ(realnet::host_staging_prefix(1234, "h1"), "pstwin_1234_h1_");
+  EXPECT_EQ(realnet::host_staging_prefix(1234, "node_7/a.b"), "pstwin_1234_node-7-a.b_");
+  EXPECT_TRUE(realnet::host_staging_prefix(1234, "h10").starts_with(realnet::job_staging_prefix(1234)));
+  // Equal buffer names on two hosts are two objects; on one host, one.
+  realnet::ShmStaging h0(realnet::host_staging_prefix(1234, unique_prefix("h0")));
+  realnet::ShmStaging h1(realnet::host_staging_prefix(1234, unique_prefix("h1")));
+  realnet::ShmStaging h1_again(realnet::host_staging_prefix(1234, unique_prefix("h1")));
+  auto a = h0.open("BytePS_ShM_7", 64);
+  auto b = h1.open("BytePS_ShM_7", 64);
+  auto c = h1_again.open("BytePS_ShM_7", 64);
+  b->floats()[0] = 5.0f;
+  EXPECT_EQ(c->floats()[0], 5.0f);
+  EXPECT_EQ(a->floats()[0], 0.0f);
 }
 
 TEST(Node, ShmStagingUnlinksWhatItCreated) {

@@ -195,6 +195,14 @@ TEST(NodeEnv, PacingIsTheVansOrTheKernelsByName) {
   EXPECT_NE(error.find("SO_MAX_PACING_RATE"), std::string::npos) << error;
 }
 
+TEST(NodeEnv, HostNamesWhatIsLocalToAHost) {
+  EXPECT_EQ(parse_node_env(worker_env()).host, "");  // unset: the machine's host name, at run time
+  EXPECT_EQ(parse_node_env(with(worker_env(), "PSTWIN_HOST", "h1")).host, "h1");
+  const auto error = error_of(with(worker_env(), "PSTWIN_HOST", std::string(65, 'h')));
+  EXPECT_NE(error.find("PSTWIN_HOST=\"hhh"), std::string::npos) << error;
+  EXPECT_NE(error.find("at most 64 characters"), std::string::npos) << error;
+}
+
 TEST(NodeEnv, NicRateAutoIsReadFromTheInterfaceOfTheNodesAddress) {
   const auto env = parse_node_env(with(worker_env(), "PSTWIN_NIC_RATE", "auto"));
   EXPECT_TRUE(env.nic_rate_auto);

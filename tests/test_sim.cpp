@@ -19,7 +19,8 @@ using testing::run_shell;
 
 TEST(Sim, QuickstartCompletesAndChecksEveryAggregate) {
   const auto dir = fresh_dir("quickstart");
-  const auto run = run_pstwin("sim scenarios/quickstart.toml -q --out " + dir.string());
+  // Not -q: the summary is checked.
+  const auto run = run_pstwin("sim scenarios/quickstart.toml --out " + dir.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("0 violated"), std::string::npos) << run.output;
   const auto r = read_json(dir / "results.json");
@@ -173,7 +174,7 @@ TEST(Sim, CrossedLineFoundWithin20SeedsAndReplayedExactly) {
 }
 
 TEST(Sim, CrossedLineAbsentIn2000SeedsWithPerRankNaming) {
-  const auto explore = run_pstwin("explore scenarios/crossed_line.toml --seeds 2000 -q -j 2");
+  const auto explore = run_pstwin("explore scenarios/crossed_line.toml --seeds 2000 -j 2");
   EXPECT_EQ(explore.exit_code, 0) << explore.output.substr(0, 4000);
   EXPECT_NE(explore.output.find(
                 "explored 2000 seeds (0..1999) of crossed_line: 0 with invariant violations, 2000 clean"),

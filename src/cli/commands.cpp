@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,28 @@ Scenario load(const CommonOptions& common) {
   return load_scenario(common.scenario_path, overrides);
 }
 
+// The summary of a finished sim or run: stdout normally; with -q nothing on success and the whole
+// summary (it holds the failure and the violations) on stderr otherwise.
+void print_summary(const CommonOptions& common, const RunReport& report, const std::string& outputs,
+                   const std::string& results_path) {
+  if (common.quiet && report.ok()) return;
+  (common.quiet ? std::cerr : std::cout) << summary_text(report, results_path) << outputs;
+}
+
+// What of a run the seed can change, compared across seeds: timing, traffic, values and checks (not
+// the seed itself, the replay command or the wall time). Equal for every seed: the seed changed nothing.
+nlohmann::ordered_json seed_fingerprint(const RunReport& report) {
+  nlohmann::ordered_json iterations = nlohmann::ordered_json::array();
+  for (const auto& it : report.iterations) iterations.push_back({it.index, it.time_s});
+  nlohmann::ordered_json violations = nlohmann::ordered_json::array();
+  for (const auto& v : report.violations) violations.push_back({v.invariant, v.detail});
+  return {{"completed", report.completed}, {"failure", report.failure},
+          {"iterations", iterations},      {"run_time_s", report.run_time_s},
+          {"messages", report.messages},   {"message_bytes", report.message_bytes},
+          {"digest", report.model_digest}, {"checked", report.invariants_checked},
+          {"violations", violations}};
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> split_override(const std::string& text) {
@@ -45,8 +68,10 @@ int run_sim(const CommonOptions& common, const SimOptions& options) {
     sim_options.progress = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   const RunReport report = sim::run_simulation(scenario, sim_options);
   write_outputs(report, scenario, out_dir);
-  std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
-            << (scenario.output.trace ? ", trace.json" : "") << ", resolved.toml\n";
+  print_summary(common, report,
+                "  outputs: " + out_dir + "/results.json" + (scenario.output.trace ? ", trace.json" : "") +
+                    ", resolved.toml\n",
+                out_dir + "/results.json");
   return report.ok() ? 0 : 1;
 }
 
@@ -71,6 +96,8 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
   });
   std::size_t bad = 0;
   nlohmann::ordered_json summary = nlohmann::ordered_json::array();
+  // Violations go to stderr with -q (nothing else is printed then), to stdout otherwise.
+  std::ostream& out = common.quiet ? std::cerr : std::cout;
   for (const auto& report : reports) {
     summary.push_back({{"seed", report.seed},
                        {"ok", report.ok()},
@@ -79,15 +106,25 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
                        {"replay", report.replay}});
     if (report.ok()) continue;
     ++bad;
-    std::cout << "seed " << report.seed << ": " << report.violation_count << " violation(s)";
+    out << "seed " << report.seed << ": " << report.violation_count << " violation(s)";
     if (!report.violations.empty())
-      std::cout << ", first [" << report.violations.front().invariant << "] "
-                << report.violations.front().detail;
-    std::cout << "\n  replay: " << report.replay << "\n";
+      out << ", first [" << report.violations.front().invariant << "] " << report.violations.front().detail;
+    out << "\n  replay: " << report.replay << "\n";
   }
-  std::cout << "explored " << reports.size() << " seeds (" << options.first_seed << ".."
-            << options.first_seed + options.seeds - 1 << ") of " << base.name << ": " << bad
-            << " with invariant violations, " << reports.size() - bad << " clean\n";
+  if (!common.quiet || bad > 0)
+    out << "explored " << reports.size() << " seeds (" << options.first_seed << ".."
+        << options.first_seed + options.seeds - 1 << ") of " << base.name << ": " << bad
+        << " with invariant violations, " << reports.size() - bad << " clean\n";
+  // N seeds that all ran alike explored one schedule, not N: say so rather than let "N clean" stand.
+  const bool all_alike = reports.size() > 1 && std::ranges::all_of(reports, [&](const RunReport& r) {
+                           return seed_fingerprint(r) == seed_fingerprint(reports.front());
+                         });
+  if (all_alike && (!common.quiet || bad > 0))
+    out << "note: every seed runs the same schedule (the " << reports.size()
+        << " runs had the same iteration times, messages and results): the scenario has no randomness the "
+           "seed changes, so they explored one interleaving; set perturbation.compute_jitter, "
+           "executor_jitter, delivery_jitter or start_jitter (e.g. --set perturbation.delivery_jitter=20us) "
+           "to explore\n";
   if (!options.out_dir.empty()) {
     std::filesystem::create_directories(options.out_dir);
     std::ofstream(options.out_dir + "/explore.json") << summary.dump(2) << "\n";
@@ -116,7 +153,11 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
       std::filesystem::rename(temporary, path);
     }
     std::cerr << result.details;
-    std::cout << result.summary << std::endl;
+    // -q: the summary line only when something went wrong (on stderr, with the details above).
+    if (!common.quiet)
+      std::cout << result.summary << std::endl;
+    else if (result.exit_code != 0)
+      std::cerr << result.summary << std::endl;
     return result.exit_code;
   } catch (const realnet::BindError& e) {
     std::cerr << "pstwin: " << e.what()
@@ -129,11 +170,13 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
 }
 
 int run_job(const CommonOptions& common, const RunOptions& options) {
-  const Scenario scenario = load(common);
+  Scenario scenario = load(common);
+  if (options.seed) scenario.seed = *options.seed;
   const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
   realnet::JobRunOptions job;
   job.scenario_path = std::filesystem::absolute(common.scenario_path).string();
   job.sets = common.sets;
+  job.seed = options.seed;
   job.parts_dir = out_dir + "/parts";
   job.netns = options.netns;
   job.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
@@ -146,8 +189,10 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     return 2;
   }
   write_outputs(report, scenario, out_dir);
-  std::cout << summary_text(report) << "  outputs: " << out_dir << "/results.json"
-            << (scenario.output.trace ? ", trace.json" : "") << ", resolved.toml, parts/\n";
+  print_summary(common, report,
+                "  outputs: " + out_dir + "/results.json" + (scenario.output.trace ? ", trace.json" : "") +
+                    ", resolved.toml, parts/\n",
+                out_dir + "/results.json");
   return report.ok() ? 0 : 1;
 }
 

@@ -13,6 +13,7 @@ namespace pstwin::cli {
 struct CommonOptions {
   std::string scenario_path;
   std::vector<std::string> sets;  // FIELD=VALUE
+  // Nothing on success but what the command is for; failures and violations still go to stderr.
   bool quiet = false;
 };
 
@@ -33,6 +34,7 @@ struct NodeOptions {
 };
 
 struct RunOptions {
+  std::optional<std::uint64_t> seed;  // --seed: the scenario's seed for every node, as sim's --seed
   std::string out_dir;      // "" = pstwin-out/<scenario name>
   bool netns = false;       // one network namespace per scenario host, links shaped with tc (root only)
   std::string van = "zmq";  // zmq | epoll (realnet/van.hpp)

@@ -7,8 +7,13 @@
 
 int main(int argc, char** argv) {
   using namespace pstwin::cli;
+  // One promise for every subcommand, so scripts can rely on it.
+  static constexpr const char* kQuietHelp =
+      "print nothing on success but what the command is for (check: the scenario); a failure or an "
+      "invariant violation still goes to stderr, exit status unchanged";
   CLI::App app{"pstwin: a parameter-server system and its deterministic SimGrid twin"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "pstwin " PSTWIN_VERSION, "print the version and exit");
   CommonOptions common;
   SimOptions sim_options;
   ExploreOptions explore_options;
@@ -24,7 +29,7 @@ int main(int argc, char** argv) {
                     "(repeatable)")
         ->type_name("FIELD=VALUE")
         ->take_all();
-    sub->add_flag("-q,--quiet", common.quiet, "no progress lines on stderr");
+    sub->add_flag("-q,--quiet", common.quiet, kQuietHelp);
   };
 
   auto* sim =
@@ -45,30 +50,42 @@ int main(int argc, char** argv) {
   explore->add_option("--first-seed", explore_options.first_seed, "first seed (default 0)");
   explore->add_option("-j,--jobs", explore_options.jobs, "simulations run in parallel (default 2)")
       ->check(CLI::Range(1, 256));
-  explore->add_option("--out", explore_options.out_dir, "write explore.json with one line per seed here");
+  explore->add_option("--out", explore_options.out_dir,
+                      "write explore.json here: a JSON array with one object per seed (seed, ok, "
+                      "violation_count, first_violation, replay)");
 
   auto* node = app.add_subcommand(
       "node",
       "run ONE node (scheduler, server or worker) of a real job configured by BytePS/ps-lite environment "
-      "variables (DMLC_ROLE, DMLC_PS_ROOT_URI, ...; see docs/ENVIRONMENT.md)");
+      "variables (DMLC_ROLE, DMLC_PS_ROOT_URI, ...; see docs/ENVIRONMENT.md); it stops after "
+      "run.time_limit (wall clock)");
   // Compiled in so `pstwin node` works from any directory, as the BytePS launcher does.
   common.scenario_path = PSTWIN_DEFAULT_SCENARIO;
-  node->add_option("--scenario", common.scenario_path,
-                   "scenario file (TOML); environment variables override it")
+  // FILE as every other command takes it; --scenario stays for the scripts and docs that use it.
+  auto* node_file = node->add_option("FILE", common.scenario_path,
+                                     "scenario file (TOML); environment variables override it (default: "
+                                     "the quickstart of the source tree this binary was built from)")
+                        ->check(CLI::ExistingFile);
+  node->add_option("--scenario", common.scenario_path, "the same as FILE")
       ->check(CLI::ExistingFile)
-      ->capture_default_str();
+      ->excludes(node_file);
   node->add_option("--set", common.sets, "override a scenario field, after the environment (repeatable)")
       ->type_name("FIELD=VALUE")
       ->take_all();
-  node->add_flag("-q,--quiet", common.quiet, "no log lines on stderr (the summary still prints)");
+  node->add_flag("-q,--quiet", common.quiet,
+                 "no log lines and, on success, no summary line; a failure or a violation still goes to "
+                 "stderr, exit status unchanged");
   node->add_option("--report", node_options.report_path,
                    "at exit, write this node's partial report (JSON) here, as `pstwin run` merges them");
 
   auto* run = app.add_subcommand(
       "run",
-      "run a scenario for real: one `pstwin node` process per node on 127.0.0.1, then write the "
-      "same results.json as sim");
+      "run a scenario for real: one `pstwin node` process per node on 127.0.0.1 (nodes share staging "
+      "memory only with nodes on their scenario host), stopped after run.time_limit (wall clock), then "
+      "write the same results.json as sim");
   add_common(run);
+  run->add_option("--seed", run_options.seed,
+                  "seed for every random choice, passed to every node (default: the scenario's seed)");
   run->add_option("--out", run_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
   run->add_flag("--netns", run_options.netns,
                 "each scenario host in its own network namespace, veth links shaped with tc tbf to its "

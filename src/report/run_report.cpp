@@ -313,7 +313,29 @@ void write_outputs(const RunReport& report, const Scenario& scenario, const std:
   if (scenario.output.trace) write_file(base / "trace.json", trace_json(report));
 }
 
-std::string summary_text(const RunReport& r) {
+std::string violation_lines(const std::vector<Violation>& violations, const InvariantTallies& tallies,
+                            std::string_view prefix, std::string_view where) {
+  // Dozens of near-identical lines hide the one that differs: a few per invariant and a count.
+  std::vector<std::string> order;
+  std::map<std::string, std::size_t> listed;
+  std::ostringstream out;
+  for (const auto& v : violations) {
+    auto [it, fresh] = listed.try_emplace(v.invariant, 0);
+    if (fresh) order.push_back(v.invariant);
+    if (it->second++ < kViolationsShown) out << prefix << "[" << v.invariant << "] " << v.detail << "\n";
+  }
+  for (const auto& name : order) {
+    std::size_t total = listed[name];
+    if (const auto t = tallies.find(name); t != tallies.end())
+      total = std::max<std::size_t>(total, t->second.violated);
+    if (total > kViolationsShown)
+      out << prefix << "... and " << total - kViolationsShown << " more [" << name << "] violation"
+          << (total - kViolationsShown == 1 ? "" : "s") << " (see " << where << ")\n";
+  }
+  return out.str();
+}
+
+std::string summary_text(const RunReport& r, std::string_view results_path) {
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(6);
@@ -366,7 +388,8 @@ std::string summary_text(const RunReport& r) {
       out << "    " << name << ": " << t.violated << " of " << t.checked << " checks violated ("
           << std::setprecision(1) << 100.0 * static_cast<double>(t.violated) / static_cast<double>(t.checked)
           << std::setprecision(6) << " %)\n";
-  for (const auto& v : r.violations) out << "    [" << v.invariant << "] " << v.detail << "\n";
+  out << violation_lines(r.violations, r.invariant_tallies, "    ",
+                         results_path.empty() ? std::string_view("results.json") : results_path);
   if (!r.ok()) out << "  seed " << r.seed << "; replay: " << r.replay << "\n";
   out.precision(3);
   out << "  wall: " << r.wall_s << " s\n";

@@ -195,7 +195,18 @@ NodeInfo node_info_from_json(const Json& j) {
 // Writes results.json, trace.json (if the scenario asks for it) and resolved.toml into `dir`.
 void write_outputs(const RunReport& report, const Scenario& scenario, const std::string& dir);
 
-// A few readable lines for the terminal.
-std::string summary_text(const RunReport& report);
+// A few readable lines for the terminal. Violations are listed per invariant, the first few of each
+// (kViolationsShown), with a line saying how many more there are and to see `results_path` ("" =
+// "results.json") for them.
+std::string summary_text(const RunReport& report, std::string_view results_path = {});
+
+// How many violations of one invariant a terminal summary lists before it counts the rest.
+inline constexpr std::size_t kViolationsShown = 3;
+
+// The lines of `violations`, `prefix` before each ("    " + "[invariant] detail"), at most
+// kViolationsShown per invariant in order of first appearance; then per invariant one line counting the
+// rest (from `tallies` where they count more than the list holds) and saying `where` to find them.
+std::string violation_lines(const std::vector<Violation>& violations, const InvariantTallies& tallies,
+                            std::string_view prefix, std::string_view where);
 
 }  // namespace pstwin

@@ -1029,6 +1029,13 @@ std::vector<Field> make_registry() {
       "sim.simgrid_config", PSTWIN_MEMBER(sim.simgrid_config),
       StringListCodec{"SimGrid setting", "[\"network/crosstraffic:0\"]"},
       "Extra SimGrid settings, each \"name:value\" as for --cfg (e.g. \"network/crosstraffic:0\")."));
+  // [run]
+  f.push_back(make_field(
+      "run.time_limit", PSTWIN_MEMBER(run.time_limit_s), positive_duration,
+      "Wall-clock limit of a real run: `pstwin run` stops every node still running this long after it "
+      "started them (they report what they completed; results.json says `completed: false` and why), and "
+      "a `pstwin node` stops itself this long after it started. sim.max_time is the simulator's "
+      "simulated-time guard and does not apply to real runs."));
   // [faults]
   f.push_back(make_field("faults.scheduler_start_delay", PSTWIN_MEMBER(faults.scheduler_start_delay_s),
                          duration, "Start the scheduler this late (exercises ps.connect_timeout)."));

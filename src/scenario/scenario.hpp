@@ -205,6 +205,11 @@ struct SimConfig {
   std::string fifo_link_bucket = "tbf";
 };
 
+// Real runs (`pstwin run`, `pstwin node`); sim.max_time is the simulator's (simulated-time) guard.
+struct RunConfig {
+  double time_limit_s = 3600;  // wall clock: a real job (or node) still running then is stopped and fails
+};
+
 // ps.balancing = "lb": the scheduler's load balancer (src/ps/load_balancer.hpp, docs/FPT.md).
 struct LbConfig {
   Balancing balancing = Balancing::kHash;  // ps.balancing; hash: ps.key_hash decides, as in BytePS
@@ -235,6 +240,7 @@ struct Scenario {
   InvariantsConfig invariants;
   OutputConfig output;
   SimConfig sim;
+  RunConfig run;
   FaultsConfig faults;
   LbConfig lb;
 

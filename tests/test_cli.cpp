@@ -1,0 +1,177 @@
+// The `pstwin` command line as a user meets it, through the real binary: --version, -q on every
+// subcommand, the end of a simulation at sim.max_time, the per-invariant violation summary, and
+// what explore says when the seed changes nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sim_support.hpp"
+
+namespace pstwin {
+namespace {
+
+using testing::fresh_dir;
+using testing::read_json;
+using testing::read_text;
+using testing::run_pstwin;
+using testing::run_shell;
+
+// stdout and stderr of one `pstwin ARGS`, apart.
+struct Split {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+Split run_split(const std::string& args, const std::filesystem::path& dir) {
+  const auto err = dir / "stderr.txt";
+  const auto r = run_shell(std::string(PSTWIN_BINARY) + " " + args + " 2>" + err.string());
+  return {r.exit_code, r.output, read_text(err)};
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+TEST(Cli, VersionIsTheProjectVersion) {
+  // The version CMake's project() declares, read from the source tree this binary was built from.
+  const std::string cmake = read_text(std::filesystem::path(PSTWIN_SOURCE_DIR) / "CMakeLists.txt");
+  std::smatch declared;
+  ASSERT_TRUE(std::regex_search(cmake, declared, std::regex(R"(project\(pstwin VERSION ([0-9.]+))")));
+  const auto r = run_pstwin("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "pstwin " + declared[1].str() + "\n");
+}
+
+// -q: nothing on success but what the command is for; a failure still reaches stderr, same status.
+TEST(Cli, QuietPrintsNothingOnSuccessOnEverySubcommand) {
+  const auto dir = fresh_dir("quiet");
+  const std::string sets = " --set workload.iterations=2 --set roles.workers=2 --set roles.servers=1";
+  for (const std::string command : {"sim", "run", "explore"}) {
+    SCOPED_TRACE(command);
+    const std::string out = (dir / command).string();
+    const std::string extra = command == "explore" ? " --seeds 2" : " --out " + out;
+    const auto quiet = run_split(command + " scenarios/quickstart.toml -q" + sets + extra, dir);
+    EXPECT_EQ(quiet.exit_code, 0) << quiet.out << quiet.err;
+    EXPECT_EQ(quiet.out, "");
+    EXPECT_EQ(quiet.err, "");
+    if (command != "explore") {
+      EXPECT_TRUE(read_json(dir / command / "results.json")["completed"].get<bool>());
+    }
+    // Without -q the same command does print its summary.
+    const auto loud = run_split(command + " scenarios/quickstart.toml" + sets + extra, dir);
+    EXPECT_EQ(loud.exit_code, 0) << loud.out << loud.err;
+    EXPECT_NE(loud.out, "");
+  }
+  // check is for printing the scenario: -q keeps it.
+  const auto check = run_split("check scenarios/quickstart.toml -q", dir);
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("name = \"quickstart\""), std::string::npos) << check.out;
+  EXPECT_EQ(check.err, "");
+  // A failed run under -q: its summary (failure, violations) on stderr, nothing on stdout, exit 1.
+  const auto failed =
+      run_split("sim scenarios/crossed_line.toml -q --set staging.naming=legacy-key-only --out " +
+                    (dir / "failed").string(),
+                dir);
+  EXPECT_EQ(failed.exit_code, 1) << failed.out << failed.err;
+  EXPECT_EQ(failed.out, "");
+  EXPECT_NE(failed.err.find("[aggregates]"), std::string::npos) << failed.err;
+  const auto explored =
+      run_split("explore scenarios/crossed_line.toml -q --seeds 2 --set staging.naming=legacy-key-only", dir);
+  EXPECT_EQ(explored.exit_code, 1) << explored.out << explored.err;
+  EXPECT_EQ(explored.out, "");
+  EXPECT_NE(explored.err.find("replay: pstwin sim"), std::string::npos) << explored.err;
+}
+
+// A simulation still running at sim.max_time ends there cleanly: results.json says it did not
+// complete, where it stopped and why; exit status 1, no abort.
+TEST(Cli, SimulationEndsCleanlyAtItsTimeLimit) {
+  const auto dir = fresh_dir("max-time");
+  const auto r = run_pstwin("sim scenarios/quickstart.toml --set sim.max_time=50ms --out " + dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto results = read_json(dir / "results.json");
+  EXPECT_FALSE(results["completed"].get<bool>());
+  const std::string failure = results["failure"];
+  EXPECT_NE(failure.find("time limit 0.05 s (sim.max_time) reached"), std::string::npos) << failure;
+  // The iterations every worker finished by then are reported, and the failure counts them.
+  const auto iterations = results["iterations"].size();
+  EXPECT_NE(failure.find("after " + std::to_string(iterations) + " of 5 iterations"), std::string::npos)
+      << failure;
+  EXPECT_NEAR(results["run_time_s"].get<double>(), 0.05, 1e-9);
+  EXPECT_NE(r.output.find("DID NOT COMPLETE"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(failure), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "trace.json"));
+  // explore's forked children end the same way.
+  const auto explored = run_pstwin("explore scenarios/quickstart.toml --seeds 1 --set sim.max_time=50ms");
+  EXPECT_EQ(explored.exit_code, 1) << explored.output;
+  EXPECT_NE(explored.output.find("time limit 0.05 s (sim.max_time) reached"), std::string::npos)
+      << explored.output;
+}
+
+// Many violations: a few per invariant, then how many more and where they all are.
+TEST(Cli, SummaryListsAFewViolationsPerInvariantAndCountsTheRest) {
+  const auto dir = fresh_dir("many-violations");
+  const auto r = run_pstwin(
+      "sim scenarios/crossed_line.toml --seed 0 --set staging.naming=legacy-key-only "
+      "--set workload.iterations=30 --out " +
+      dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto results = read_json(dir / "results.json");
+  std::size_t largest = 0;
+  for (const auto& [name, tally] : results["invariants"]["by_invariant"].items()) {
+    const std::size_t violated = tally["violated"];
+    largest = std::max(largest, violated);
+    const std::size_t listed = count_of(r.output, "    [" + name + "] ");
+    EXPECT_EQ(listed, std::min<std::size_t>(violated, 3)) << name << "\n" << r.output;
+    const std::string more = "    ... and " + std::to_string(violated - 3) + " more [" + name +
+                             "] violations (see " + (dir / "results.json").string() + ")";
+    if (violated > 3) {
+      EXPECT_NE(r.output.find(more), std::string::npos) << more << "\n" << r.output;
+    }
+  }
+  ASSERT_GT(largest, 3u) << "the scenario no longer crosses enough aggregates to test the summary";
+}
+
+// Seeds feed only the perturbations (and training data): without any, every seed is one schedule.
+TEST(Cli, ExploreSaysWhenEverySeedRunsTheSameSchedule) {
+  const std::string note = "every seed runs the same schedule";
+  const auto same = run_pstwin("explore scenarios/quickstart.toml --seeds 3 --set workload.iterations=2");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("3 clean"), std::string::npos) << same.output;
+  EXPECT_NE(same.output.find(note), std::string::npos) << same.output;
+  EXPECT_NE(same.output.find("perturbation."), std::string::npos) << same.output;
+  // With jitter each seed is another interleaving: no note.
+  const auto jittered = run_pstwin(
+      "explore scenarios/quickstart.toml --seeds 3 --set workload.iterations=2 "
+      "--set perturbation.delivery_jitter=20us");
+  EXPECT_EQ(jittered.exit_code, 0) << jittered.output;
+  EXPECT_EQ(jittered.output.find(note), std::string::npos) << jittered.output;
+}
+
+// explore --help describes explore.json as it is written: a JSON array, one object per seed.
+TEST(Cli, ExploreHelpDescribesExploreJson) {
+  const auto help = run_pstwin("explore --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_EQ(help.output.find("one line per seed"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("a JSON array with one object per seed"), std::string::npos) << help.output;
+  const auto dir = fresh_dir("explore-json");
+  const auto r = run_pstwin("explore scenarios/crossed_line.toml --seeds 2 -q --out " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto json = read_json(dir / "explore.json");
+  ASSERT_TRUE(json.is_array()) << json.dump();
+  ASSERT_EQ(json.size(), 2u);
+  for (const auto& entry : json)
+    for (const char* field : {"seed", "ok", "violation_count", "first_violation", "replay"})
+      EXPECT_TRUE(entry.contains(field)) << field << " in " << entry.dump();
+}
+
+}  // namespace
+}  // namespace pstwin
