@@ -62,6 +62,9 @@ class LocalHost {
 
   void node_stopped();
   void fail(const std::string& who, const std::string& text);
+  // fail() for a node whose configuration does not fit the job: `pstwin node` exits 2.
+  void fail_configuration(const std::string& who, const std::string& text);
+  bool configuration_failure() const;
   // Waits until `nodes` nodes stopped, a node failed, or `deadline` passed; true if all stopped.
   bool wait_all_stopped(int nodes, std::chrono::steady_clock::time_point deadline);
   bool failed() const;
@@ -83,6 +86,7 @@ class LocalHost {
   int stopped_ = 0;
   Seconds last_stop_ = 0;
   std::string failure_;
+  bool configuration_failure_ = false;  // the first failure was fail_configuration's
   std::vector<TraceSpan> trace_;
   std::uint64_t trace_dropped_ = 0;
   std::uint64_t messages_ = 0;
@@ -164,7 +168,8 @@ class LoopRuntime : public Runtime {
   bool stopped() const { return stopped_flag_.load(); }
   std::string describe() const;  // call only after halt()
   const std::string& label() const { return options_.label; }
-  void post(std::function<void()> event);  // run on the event loop; any thread
+  // Runs `event` on the event loop; any thread. False (and dropped) once the loop is ending.
+  bool post(std::function<void()> event);
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
                   Seconds end, std::optional<TraceMessage> message = std::nullopt);
 
@@ -184,7 +189,10 @@ class LoopRuntime : public Runtime {
   void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
   void log(std::string_view text) override;
   void stop() override;
+  // Gives the protocol its last word first (Node::on_failing: a node tells the scheduler, the
+  // scheduler every node), on the event loop; from another thread the failure is posted there.
   void fail(std::string text) override;
+  void fail_configuration(std::string text) override;
 
  protected:
   LoopRuntime(LocalHost& host, Options options);
@@ -213,6 +221,8 @@ class LoopRuntime : public Runtime {
  private:
   void run_loop();
   void mark_stopped();
+  // The protocol's last word on the loop, once; then the failure is recorded and the loop ends.
+  void fail_on_loop(std::string text, bool configuration);
   bool on_loop() const { return std::this_thread::get_id() == loop_id_.load(); }
   void wake_loop();
 
@@ -233,6 +243,7 @@ class LoopRuntime : public Runtime {
 
   // Touched only on the event loop thread (the protocol's calls).
   std::uint64_t next_sequence_ = 1;
+  bool failing_ = false;  // on_failing was called
   std::map<NodeId, std::string> peers_;
   std::map<std::string, RandomStream, std::less<>> randoms_;
 

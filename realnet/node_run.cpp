@@ -35,6 +35,8 @@ namespace {
 
 // How late a node notices SIGINT or SIGTERM while it waits for its protocol to end.
 constexpr auto kSignalPoll = std::chrono::milliseconds(50);
+// How long a stopping node's event loop may take to tell its peers before the node stops anyway.
+constexpr auto kLastWordGrace = std::chrono::seconds(1);
 
 // What one node sees of the run: counts for the summary, this server's applied pushes (for a
 // per-server lost-update check), and PS_VERBOSE progress lines. Called under LockedObserver's lock.
@@ -127,6 +129,7 @@ class ReceiveCounter final : public Node {
     inner_->on_message(std::move(message));
   }
   std::string describe_state() const override { return inner_->describe_state(); }
+  void on_failing(std::string_view why) override { inner_->on_failing(why); }
   std::uint64_t bytes() const { return bytes_; }  // read after the event loop has stopped
 
  private:
@@ -294,9 +297,17 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   int interrupted_by = 0;
   while (!stopped && !host.failed() && std::chrono::steady_clock::now() < deadline) {
     stopped = host.wait_all_stopped(1, std::min(deadline, std::chrono::steady_clock::now() + kSignalPoll));
-    if (!stopped && (interrupted_by = stop_signals.take()) != 0)
-      host.fail(label, std::string("interrupted by ") + (interrupted_by == SIGINT ? "SIGINT" : "SIGTERM") +
-                           ": stopped before the job ended");
+    if (!stopped && (interrupted_by = stop_signals.take()) != 0) {
+      // Failed through the loop, so the node tells the scheduler it is leaving and the job's other
+      // nodes end at once, not after ps.heartbeat_timeout. A loop that does not take it soon (it
+      // never blocks that long) is failed from here.
+      const std::string why = std::string("interrupted by ") +
+                              (interrupted_by == SIGINT ? "SIGINT" : "SIGTERM") +
+                              ": stopped before the job ended";
+      rt.fail(why);
+      host.wait_all_stopped(1, std::chrono::steady_clock::now() + kLastWordGrace);
+      if (!host.failed()) host.fail(label, why);
+    }
   }
   rt.halt();
   const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
@@ -328,6 +339,9 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   result.details = details.str();
   result.exit_code = completed && checker.violation_count() == 0 ? 0 : 1;
   if (interrupted_by != 0) result.exit_code = 128 + interrupted_by;  // as a shell reports a killed process
+  // Refused at registration (another job's scenario): bad configuration, as a misspelled variable.
+  else if (host.configuration_failure())
+    result.exit_code = 2;
 
   std::ostringstream summary;
   summary << "pstwin node: " << role_name(env.role);

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/message.hpp"
 #include "core/payload.hpp"
@@ -94,6 +95,9 @@ class Runtime {
   // The node finished cleanly / hit an unrecoverable error (the run fails with this text).
   virtual void stop() = 0;
   virtual void fail(std::string text) = 0;
+  // fail() for a node whose configuration does not fit the job (the scheduler refused its
+  // registration): `pstwin node` exits 2 for it, as for any bad configuration.
+  virtual void fail_configuration(std::string text) { fail(std::move(text)); }
 };
 
 // A protocol role: event handlers driven by a Runtime.
@@ -104,6 +108,10 @@ class Node {
   virtual void on_message(Message message) = 0;
   // One line on what the node is waiting for: printed when a run stalls.
   virtual std::string describe_state() const = 0;
+  // The node is about to stop for `why` (its own fail(), a lost connection, a stop signal): its last
+  // chance to tell its peers, on the event loop; what it sends here still leaves. The real backend
+  // calls it once per node; the simulator, where one failure ends the whole run, does not.
+  virtual void on_failing(std::string_view /*why*/) {}
 };
 
 }  // namespace pstwin

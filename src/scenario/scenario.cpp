@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/digest.hpp"
 #include "scenario/units.hpp"
 
 namespace pstwin {
@@ -1656,6 +1657,55 @@ std::string resolved_toml(const Scenario& scenario) {
     out += toml_key(leaf_of(field.path)) + " = " + field.write(scenario) + "\n";
   }
   return out;
+}
+
+namespace {
+
+// Whole tables and single fields that do not define the job (see job_fields in scenario.hpp).
+constexpr std::array<std::string_view, 8> kNodeLocalTables{"output",  "invariants",   "run", "cluster",
+                                                           "network", "perturbation", "sim", "faults"};
+constexpr std::array<std::string_view, 8> kNodeLocalFields{"name",
+                                                           "description",
+                                                           "ps.connect_timeout",
+                                                           "train.dataset",
+                                                           "roles.scheduler_host",
+                                                           "roles.server_hosts",
+                                                           "roles.worker_hosts",
+                                                           "roles.validator_hosts"};
+
+bool defines_job(const Scenario& scenario, std::string_view path) {
+  if (std::ranges::find(kNodeLocalTables, parent_of(path)) != kNodeLocalTables.end()) return false;
+  if (std::ranges::find(kNodeLocalFields, path) != kNodeLocalFields.end()) return false;
+  if (path == "seed")
+    return scenario.workload.kind == WorkloadKind::kMlp || scenario.train.participation < 1 ||
+           scenario.train.drop_rate > 0;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> job_fields(const Scenario& scenario) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (const Field& field : Schema::get().fields())
+    if (defines_job(scenario, field.path))
+      fields.emplace_back(std::string(field.path), field.write(scenario));
+  return fields;
+}
+
+std::string job_digest(const std::vector<std::pair<std::string, std::string>>& fields) {
+  Digest digest;
+  for (const auto& [path, value] : fields) {
+    // Lengths first, so no two lists of fields run together into the same bytes.
+    digest.update_u64(path.size());
+    digest.update(std::as_bytes(std::span(path.data(), path.size())));
+    digest.update_u64(value.size());
+    digest.update(std::as_bytes(std::span(value.data(), value.size())));
+  }
+  return digest.hex();
+}
+
+std::string job_digest(const Scenario& scenario) {
+  return job_digest(job_fields(scenario));
 }
 
 std::string scenario_reference_markdown() {

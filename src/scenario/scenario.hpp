@@ -277,6 +277,18 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
 // The fully resolved scenario as TOML (every field, defaults included), loadable again.
 std::string resolved_toml(const Scenario& scenario);
 
+// The fields every node of one job must agree on, as (path, value text) in registry order: what a
+// node registering with the scheduler is checked against (src/ps/scheduler.cpp). Left out: labels
+// (name, description), what each node records or checks of itself (output, invariants), its own
+// waits and limits (ps.connect_timeout, run), the simulator's platform, placement, network, jitter
+// and faults (cluster, roles.*_host(s), network, perturbation, sim, faults), paths on each machine
+// (train.dataset), and the seed unless something the nodes share is drawn from it (the MLP's initial
+// model and shards, train.participation and drop_rate round plans). A field added later counts.
+std::vector<std::pair<std::string, std::string>> job_fields(const Scenario& scenario);
+// A 16-hex-digit digest (core/digest.hpp) of job_fields(): equal digests, same job.
+std::string job_digest(const Scenario& scenario);
+std::string job_digest(const std::vector<std::pair<std::string, std::string>>& fields);
+
 // Reference of every field (path, type, default, meaning) as Markdown tables, one per TOML table,
 // generated from the field registry; docs/SCENARIOS.md embeds it (a test keeps the two in sync).
 std::string scenario_reference_markdown();
