@@ -309,6 +309,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       if (!host.failed()) host.fail(label, why);
     }
   }
+  // A stop signal that came while the node was failing for another reason (`pstwin run` stops every
+  // node when one fails, and the scheduler's notice may come first) is taken here: left pending, it
+  // would kill the process when StopSignals restores the mask, before the node writes its report.
+  if (interrupted_by == 0) interrupted_by = stop_signals.take();
   rt.halt();
   const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
   const std::string state = rt.describe();

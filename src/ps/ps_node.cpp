@@ -217,8 +217,8 @@ void PsNode::heartbeat() {
   if (silent > scenario_.ps.heartbeat_timeout_s) {
     std::ostringstream out;
     out << "the scheduler (node 1 at " << scheduler_address_ << ") sent nothing for " << std::fixed
-        << std::setprecision(1) << silent << " s (ps.heartbeat_timeout = " << scenario_.ps.heartbeat_timeout_s
-        << " s): presumed dead";
+        << std::setprecision(1) << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat
+        << std::setprecision(6) << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
     scheduler_gone_ = true;
     rt_.fail(out.str());
     return;

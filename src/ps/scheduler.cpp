@@ -285,8 +285,8 @@ void Scheduler::check_heartbeats() {
     if (silent > scenario_.ps.heartbeat_timeout_s) {
       std::ostringstream out;
       out << describe_node(info.id) << " sent no heartbeat for " << std::fixed << std::setprecision(1)
-          << silent << " s (ps.heartbeat_timeout = " << scenario_.ps.heartbeat_timeout_s
-          << " s): presumed dead";
+          << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat << std::setprecision(6)
+          << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
       fail_job(info.id, out.str());
       return;
     }
