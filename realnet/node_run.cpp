@@ -391,6 +391,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     balancing->fill(recorded);
     part.balancing = std::move(recorded.balancing);
   }
+  // The node is ending anyway: a stop signal that came while it wound down (up to its linger time) must
+  // not kill it before its summary and report are out. One after run_node returns still does.
+  while (stop_signals.take() != 0) {
+  }
   return result;
 }
 

@@ -420,7 +420,7 @@ TEST(NodeFailure, SigtermedWorkerEndsTheOthersPromptlyNamingIt) {
 std::string digest_for(const Env& env, const std::vector<std::pair<std::string, std::string>>& sets) {
   auto overrides = realnet::parse_node_env(env).scenario_overrides();
   overrides.insert(overrides.end(), sets.begin(), sets.end());
-  return job_digest(load_scenario("scenarios/quickstart.toml", overrides));
+  return job_digest(load_scenario(std::string(PSTWIN_SOURCE_DIR) + "/scenarios/quickstart.toml", overrides));
 }
 
 // A worker started with another scenario is refused at registration, exit 2, naming both digests and the
