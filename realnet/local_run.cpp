@@ -5,6 +5,7 @@
 #include <memory>
 #include <sstream>
 
+#include "ps/resend.hpp"
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
@@ -31,22 +32,30 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     return *nodes.back();
   };
   auto& scheduler = add("scheduler");
-  scheduler.attach(std::make_unique<Scheduler>(scheduler, sc, observer));
+  // With ps.resend each protocol node sits behind a Resender (ps/resend.hpp), as in the simulator.
+  scheduler.attach(with_resend(scheduler, sc, "scheduler",
+                               [&](Runtime& rt) { return std::make_unique<Scheduler>(rt, sc, observer); }));
   const std::string scheduler_address = scheduler.local_address();
   for (int r = 0; r < sc.roles.servers; ++r) {
     auto& node = add("server " + std::to_string(r));
-    node.attach(std::make_unique<Server>(NodeContext{node, sc, observer, scheduler_address}, r,
-                                         observers.workload, observers.training.get()));
+    node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
+      return std::make_unique<Server>(NodeContext{rt, sc, observer, scheduler_address}, r, observers.workload,
+                                      observers.training.get());
+    }));
   }
   for (int r = 0; r < sc.roles.workers; ++r) {
     auto& node = add("worker " + std::to_string(r));
-    node.attach(std::make_unique<Worker>(NodeContext{node, sc, observer, scheduler_address}, r,
-                                         observers.workload, observers.training.get()));
+    node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
+      return std::make_unique<Worker>(NodeContext{rt, sc, observer, scheduler_address}, r, observers.workload,
+                                      observers.training.get());
+    }));
   }
   for (int r = 0; r < sc.roles.validators; ++r) {
     auto& node = add("validator " + std::to_string(r));
-    node.attach(observers.training->validator(NodeContext{node, sc, observer, scheduler_address}, r,
-                                              observers.workload));
+    node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
+      return observers.training->validator(NodeContext{rt, sc, observer, scheduler_address}, r,
+                                           observers.workload);
+    }));
   }
   for (auto& node : nodes) node->start();
   if (options.on_started) {

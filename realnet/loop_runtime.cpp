@@ -319,13 +319,25 @@ void LoopRuntime::send(Message message) {
     post([this, message = std::move(message)]() mutable { send(std::move(message)); });
     return;
   }
+  message.header.sequence = next_sequence_++;
+  send_numbered(std::move(message));
+}
+
+std::uint64_t LoopRuntime::next_sequence() {
+  return next_sequence_++;  // on the loop, as the resend layer is
+}
+
+void LoopRuntime::send_numbered(Message message) {
+  if (!on_loop()) {
+    post([this, message = std::move(message)]() mutable { send_numbered(std::move(message)); });
+    return;
+  }
   const NodeId to = message.header.recipient;
   if (!peers_.contains(to)) {
     fail(options_.label + " has no connection to node " + std::to_string(to) + " (no address known for it)");
     return;
   }
   message.header.sender = self_;
-  message.header.sequence = next_sequence_++;
   queue(std::move(message));
 }
 

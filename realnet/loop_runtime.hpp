@@ -175,6 +175,8 @@ class LoopRuntime : public Runtime {
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
+  std::uint64_t next_sequence() override;
+  void send_numbered(Message message) override;
   Seconds now() const override { return host_.now(); }
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;

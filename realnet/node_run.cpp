@@ -15,6 +15,7 @@
 #include "ps/balance.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
+#include "ps/resend.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
@@ -252,24 +253,22 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
   if (env.role == Role::kScheduler) sweep_staging_left_behind(staging_prefix, label, log);
-  const NodeContext context{rt, sc, observer, env.scheduler_address()};
-  std::unique_ptr<Node> protocol;
-  switch (env.role) {
-    case Role::kScheduler:
-      protocol = std::make_unique<Scheduler>(rt, sc, observer);
-      break;
-    case Role::kServer:
-      protocol = std::make_unique<Server>(context, -1, workload, training.get());
-      break;
-    case Role::kValidator:
-      if (!training)
-        throw NodeEnvError(
-            "DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
-      protocol = training->validator(context, env.validator_id, workload);
-      break;
-    default:
-      protocol = std::make_unique<Worker>(context, env.worker_id, workload, training.get());
-  }
+  if (env.role == Role::kValidator && !training)
+    throw NodeEnvError("DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
+  // With ps.resend the protocol sits behind a Resender (ps/resend.hpp), as in the simulator.
+  std::unique_ptr<Node> protocol = with_resend(rt, sc, label, [&](Runtime& r) -> std::unique_ptr<Node> {
+    const NodeContext context{r, sc, observer, env.scheduler_address()};
+    switch (env.role) {
+      case Role::kScheduler:
+        return std::make_unique<Scheduler>(r, sc, observer);
+      case Role::kServer:
+        return std::make_unique<Server>(context, -1, workload, training.get());
+      case Role::kValidator:
+        return training->validator(context, env.validator_id, workload);
+      default:
+        return std::make_unique<Worker>(context, env.worker_id, workload, training.get());
+    }
+  });
   auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
   const ReceiveCounter& received = *counter;
   rt.attach(std::move(counter));

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   explore->add_option("-j,--jobs", explore_options.jobs, "simulations run in parallel (default 2)")
       ->check(CLI::Range(1, 256));
   explore->add_option("--out", explore_options.out_dir, "write explore.json with one line per seed here");
+  explore->add_flag("--swarm", explore_options.swarm,
+                    "draw fault knobs (loss, duplicate, partition, clog, slow node) from each seed and "
+                    "split safety violations from missed performance bounds (docs/FAULTS.md)");
 
   auto* node = app.add_subcommand(
       "node",
