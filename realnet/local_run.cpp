@@ -29,6 +29,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     const int pid = static_cast<int>(nodes.size());
     nodes.push_back(make_node_runtime(options.van, host,
                                       NodeRuntimeOptions{std::move(label), pid, sc.seed, "127.0.0.1:*", 0}));
+    nodes.back()->inject_faults(sc);
     return *nodes.back();
   };
   auto& scheduler = add("scheduler");
@@ -88,6 +89,18 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     report.failure =
         "wall-clock timeout of " + std::to_string(timeout_s) + " s before every node stopped:" + stuck.str();
   const Seconds run_time = host.failed() || host.last_stop() > 0 ? host.last_stop() : end;
+  if (sc.faults.any() || sc.resend_enabled()) {
+    FaultCounts counts;
+    counts.resend_enabled = sc.resend_enabled();
+    for (const auto& node : nodes) {
+      const auto& injected = node->fault_counts();
+      counts.lost += injected.lost;
+      counts.duplicated += injected.duplicated;
+      if (counts.first_drop.empty()) counts.first_drop = injected.first_drop;
+      add_resend_counts(node->protocol(), counts);
+    }
+    report.faults = counts;
+  }
   nodes.clear();  // joins every thread: nothing reports to the observers any more
 
   observers.finish_run(report);

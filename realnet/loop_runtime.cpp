@@ -305,6 +305,32 @@ void LoopRuntime::post(std::function<void()> event) {
   if (!on_loop()) wake_loop();  // the loop itself looks at the queue before it sleeps
 }
 
+void LoopRuntime::inject_faults(const Scenario& scenario) {
+  if (scenario.faults.loss > 0 || scenario.faults.duplicate > 0) faults_.emplace(scenario);
+}
+
+void LoopRuntime::deliver(Message message) {
+  // The receiving node draws (its own "faults.loss" and "faults.duplicate" streams): a real sender
+  // cannot know what the network did to its message. Addresses, hence numbers, differ between runs.
+  if (faults_) {
+    const auto fate = faults_->fate(
+        message.header, [this](std::string_view purpose) -> RandomStream& { return random(purpose); });
+    if (fate == FaultPlan::Fate::kLose) {
+      if (fault_counts_.first_drop.empty())
+        fault_counts_.first_drop =
+            describe_drop(message.header, "node " + std::to_string(message.header.sender), options_.label,
+                          now(), "faults.loss");
+      ++fault_counts_.lost;
+      return;
+    }
+    if (fate == FaultPlan::Fate::kDuplicate) {
+      ++fault_counts_.duplicated;
+      protocol_->on_message(message);
+    }
+  }
+  protocol_->on_message(std::move(message));
+}
+
 void LoopRuntime::connect(NodeId id, std::string_view address) {
   if (!on_loop()) {
     post([this, id, to = std::string(address)] { connect(id, to); });

@@ -252,6 +252,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
+  rt.inject_faults(sc);
   if (env.role == Role::kScheduler) sweep_staging_left_behind(staging_prefix, label, log);
   if (env.role == Role::kValidator && !training)
     throw NodeEnvError("DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");

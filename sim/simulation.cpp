@@ -157,13 +157,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   if (sc.faults.any() || sc.resend_enabled()) {
     FaultCounts counts = cluster.fault_counts();
     counts.resend_enabled = sc.resend_enabled();
-    for (const auto& node : cluster.nodes())
-      if (const auto* resender = dynamic_cast<const Resender*>(node->protocol())) {
-        counts.resent += resender->counts().resent;
-        counts.duplicates_dropped += resender->counts().duplicates_dropped;
-        counts.acks += resender->counts().acks;
-        counts.given_up += resender->counts().given_up;
-      }
+    for (const auto& node : cluster.nodes()) add_resend_counts(node->protocol(), counts);
     report.faults = counts;
     // A dropped message nobody resent is a correctness violation, named as such, not just a stall.
     const std::uint64_t dropped = counts.lost + counts.partitioned;

@@ -118,6 +118,15 @@ std::string Resender::describe_state() const {
   return state;
 }
 
+void add_resend_counts(const Node* node, FaultCounts& into) {
+  const auto* resender = dynamic_cast<const Resender*>(node);
+  if (!resender) return;
+  into.resent += resender->counts().resent;
+  into.duplicates_dropped += resender->counts().duplicates_dropped;
+  into.acks += resender->counts().acks;
+  into.given_up += resender->counts().given_up;
+}
+
 std::unique_ptr<Node> with_resend(Runtime& rt, const Scenario& scenario, std::string label,
                                   const std::function<std::unique_ptr<Node>(Runtime&)>& make) {
   if (!scenario.resend_enabled()) return make(rt);

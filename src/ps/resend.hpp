@@ -115,6 +115,10 @@ class Resender final : public Runtime, public Node {
   bool stopped_ = false;
 };
 
+// Adds what `node`'s Resender did (resent, duplicates dropped, acks, given up) to `into`; nothing if
+// `node` is not one. Read after the node's event loop has ended.
+void add_resend_counts(const Node* node, FaultCounts& into);
+
 // The protocol node `make` builds on `rt`, behind a Resender when the scenario's ps.resend is on.
 std::unique_ptr<Node> with_resend(Runtime& rt, const Scenario& scenario, std::string label,
                                   const std::function<std::unique_ptr<Node>(Runtime&)>& make);
