@@ -320,6 +320,32 @@ bool LoopRuntime::post(std::function<void()> event) {
   return true;
 }
 
+void LoopRuntime::inject_faults(const Scenario& scenario) {
+  if (scenario.faults.loss > 0 || scenario.faults.duplicate > 0) faults_.emplace(scenario);
+}
+
+void LoopRuntime::deliver(Message message) {
+  // The receiving node draws (its own "faults.loss" and "faults.duplicate" streams): a real sender
+  // cannot know what the network did to its message. Addresses, hence numbers, differ between runs.
+  if (faults_) {
+    const auto fate = faults_->fate(
+        message.header, [this](std::string_view purpose) -> RandomStream& { return random(purpose); });
+    if (fate == FaultPlan::Fate::kLose) {
+      if (fault_counts_.first_drop.empty())
+        fault_counts_.first_drop =
+            describe_drop(message.header, "node " + std::to_string(message.header.sender), options_.label,
+                          now(), "faults.loss");
+      ++fault_counts_.lost;
+      return;
+    }
+    if (fate == FaultPlan::Fate::kDuplicate) {
+      ++fault_counts_.duplicated;
+      protocol_->on_message(message);
+    }
+  }
+  protocol_->on_message(std::move(message));
+}
+
 void LoopRuntime::connect(NodeId id, std::string_view address) {
   if (!on_loop()) {
     post([this, id, to = std::string(address)] { connect(id, to); });
@@ -334,13 +360,25 @@ void LoopRuntime::send(Message message) {
     post([this, message = std::move(message)]() mutable { send(std::move(message)); });
     return;
   }
+  message.header.sequence = next_sequence_++;
+  send_numbered(std::move(message));
+}
+
+std::uint64_t LoopRuntime::next_sequence() {
+  return next_sequence_++;  // on the loop, as the resend layer is
+}
+
+void LoopRuntime::send_numbered(Message message) {
+  if (!on_loop()) {
+    post([this, message = std::move(message)]() mutable { send_numbered(std::move(message)); });
+    return;
+  }
   const NodeId to = message.header.recipient;
   if (!peers_.contains(to)) {
     fail(options_.label + " has no connection to node " + std::to_string(to) + " (no address known for it)");
     return;
   }
   message.header.sender = self_;
-  message.header.sequence = next_sequence_++;
   queue(std::move(message));
 }
 

@@ -24,6 +24,7 @@
 
 #include "core/runtime.hpp"
 #include "core/timer_queue.hpp"
+#include "ps/faults.hpp"
 #include "report/run_report.hpp"
 
 namespace pstwin::realnet {
@@ -162,6 +163,11 @@ class LoopRuntime : public Runtime {
   LoopRuntime& operator=(const LoopRuntime&) = delete;
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
+  const Node* protocol() const { return protocol_.get(); }  // after halt()
+  // [faults] loss and duplication, applied to what this node receives (before start()). Partitions,
+  // clogs and slow nodes are the simulator's only (docs/FAULTS.md).
+  void inject_faults(const Scenario& scenario);
+  const FaultCounts& fault_counts() const { return fault_counts_; }  // after halt()
   void start();  // starts the event loop, which runs Node::start() first
   // Ends the event loop and joins it (idempotent); afterwards protocol state may be read here.
   void halt();
@@ -180,6 +186,8 @@ class LoopRuntime : public Runtime {
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
+  std::uint64_t next_sequence() override;
+  void send_numbered(Message message) override;
   Seconds now() const override { return host_.now(); }
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;
@@ -202,8 +210,8 @@ class LoopRuntime : public Runtime {
   // The bound address, set by the subclass's constructor.
   void set_address(std::string address) { address_ = std::move(address); }
   bool halting() const { return halt_.load(); }
-  // Hands a received message to the protocol (event loop only).
-  void deliver(Message message) { protocol_->on_message(std::move(message)); }
+  // Hands a received message to the protocol (event loop only), through faults.loss and duplicate.
+  void deliver(Message message);
   static std::string span_name(const MessageHeader& header);
   static TraceMessage trace_message(const Message& message);  // a send or receive span's args
 
@@ -230,6 +238,8 @@ class LoopRuntime : public Runtime {
   std::string address_;
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
+  std::optional<FaultPlan> faults_;  // loss or duplication configured
+  FaultCounts fault_counts_;         // event loop only
 
   // Event loop state, guarded by mutex_: posted events run FIFO, then received messages, then due
   // timers in (deadline, id) order, then the events those posted, then queued sends go out.

@@ -18,6 +18,7 @@
 #include "ps/balance.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
+#include "ps/resend.hpp"
 #include "ps/round_plan.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
@@ -273,15 +274,18 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
+  rt.inject_faults(sc);
   // Every host's leftovers of this port that this machine holds (the whole job's, with `pstwin run`).
   if (env.role == Role::kScheduler) sweep_staging_left_behind(job_staging_prefix(env.root_port), label, log);
-  const NodeContext context{rt, sc, observer, env.scheduler_address()};
   if (env.role == Role::kValidator && !training)
     throw NodeEnvError("DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
   const int rank = env.role == Role::kWorker      ? env.worker_id
                    : env.role == Role::kValidator ? env.validator_id
                                                   : -1;
-  std::unique_ptr<Node> protocol = roles.make(env.role, rank, context);
+  // With ps.resend the protocol sits behind a Resender (ps/resend.hpp), as in the simulator.
+  std::unique_ptr<Node> protocol = with_resend(rt, sc, label, [&](Runtime& r) {
+    return roles.make(env.role, rank, NodeContext{r, sc, observer, env.scheduler_address()});
+  });
   auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
   const ReceiveCounter& received = *counter;
   rt.attach(std::move(counter));

@@ -27,6 +27,8 @@ class FakeRuntime final : public Runtime, public Executor, public StagingArea {
   std::string host_name() const override { return host_; }
   void connect(NodeId id, std::string_view address) override { peers_[id] = std::string(address); }
   void send(Message message) override;
+  std::uint64_t next_sequence() override { return sequence_++; }
+  void send_numbered(Message message) override;
   Seconds now() const override;
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;

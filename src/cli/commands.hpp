@@ -27,6 +27,7 @@ struct ExploreOptions {
   std::uint64_t first_seed = 0;
   int jobs = 2;
   std::string out_dir;  // "" = no explore.json
+  bool swarm = false;   // draw fault knobs per seed (docs/FAULTS.md, "Swarm")
 };
 
 struct NodeOptions {

@@ -68,6 +68,11 @@ class Runtime {
   virtual void connect(NodeId id, std::string_view address) = 0;
   // Sends to header.recipient over the ordered stream to that node. Sender and sequence are filled.
   virtual void send(Message message) = 0;
+  // For a layer that resends (ps/resend.hpp), on the event loop: take this node's next sequence number
+  // and send a message under the one the caller set, so a resend keeps the signature (sender,
+  // sequence) its receiver deduplicates by. send() is the two together.
+  virtual std::uint64_t next_sequence() = 0;
+  virtual void send_numbered(Message message) = 0;
   // How this node's outgoing bytes should be shared among destinations from now on (ps.balancing =
   // "lb": in proportion to what the decision in force sends to each). A backend with a send pool makes
   // them its DRR weights (docs/FPT.md); `version` grows with every new table. Default: ignored.
