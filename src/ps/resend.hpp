@@ -49,6 +49,8 @@ class Resender final : public Runtime, public Node {
   // Node: what the backend drives.
   void start() override { protocol_->start(); }
   void on_message(Message message) override;
+  // The protocol's last word (its fatal notice) goes out through this layer like any message.
+  void on_failing(std::string_view why) override { protocol_->on_failing(why); }
   std::string describe_state() const override;
 
   // Runtime: what the protocol node sees; all but send and stop pass through.
@@ -80,6 +82,7 @@ class Resender final : public Runtime, public Node {
   void log(std::string_view text) override { inner_.log(text); }
   void stop() override;
   void fail(std::string text) override { inner_.fail(std::move(text)); }
+  void fail_configuration(std::string text) override { inner_.fail_configuration(std::move(text)); }
 
  private:
   struct Pending {

@@ -1724,7 +1724,7 @@ class Validator {
       check_window("faults.slow", entry(i), f.slow[i].from_s, f.slow[i].until_s,
                    "swap them, or leave until out to slow it to the end");
     }
-    if (s_.ps.resend_timeout_s >= s_.ps.heartbeat_timeout_s)
+    if (s_.resend_enabled() && s_.ps.resend_timeout_s >= s_.ps.heartbeat_timeout_s)
       fail("ps.resend_timeout", "must be below " + at("ps.heartbeat_timeout", false) +
                                     " (a message unacknowledged that long fails the run); lower it");
   }
