@@ -41,6 +41,10 @@ class LockedObserver final : public RunObserver {
     std::lock_guard lock(mutex_);
     target_.iteration_done(worker, iteration, start, end);
   }
+  void worker_lost(int worker, Seconds at) override {
+    std::lock_guard lock(mutex_);
+    target_.worker_lost(worker, at);
+  }
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override {
     std::lock_guard lock(mutex_);
     target_.final_store(server, key, store);

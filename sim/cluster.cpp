@@ -372,12 +372,16 @@ void SimNode::run() {
 }
 
 void SimNode::deliver(Message message) {
+  if (crashed_) {
+    ++cluster_.fault_counts().crash_dropped;
+    return;
+  }
   if (message.header.command != Command::kHeartbeat) cluster_.progress();
   post([this, message = std::move(message)]() mutable { protocol_->on_message(std::move(message)); });
 }
 
 void SimNode::post(std::function<void()> event) {
-  if (!event) return;
+  if (!event || crashed_) return;
   events_.push_back(std::move(event));
   wake_->notify_one();
 }
@@ -397,6 +401,7 @@ void SimNode::send(Message message) {
 }
 
 void SimNode::send_numbered(Message message) {
+  if (crashed_) return;
   const NodeId to = message.header.recipient;
   auto peer = peers_.find(to);
   if (peer == peers_.end()) {
@@ -496,6 +501,19 @@ void SimNode::log(std::string_view text) {
   std::cerr << "[" << now() << " s] " << label_ << ": " << text << "\n";
 }
 
+void SimNode::crash() {
+  if (crashed_ || stopped_) return;
+  crashed_ = true;
+  stopped_ = true;
+  ++cluster_.fault_counts().crashed;
+  log("crashed (faults.crashes)");
+  // Its loop wakes, sees it stopped and ends; timers and queued events die with it. Messages already
+  // handed to its connections still arrive, as the kernel sends what a killed process wrote.
+  events_.clear();
+  timers_ = TimerQueue{};
+  wake_->notify_all();
+}
+
 void SimNode::stop() {
   stopped_ = true;
   cluster_.node_stopped();
@@ -511,6 +529,7 @@ void SimNode::fail(std::string text) {
 }
 
 std::string SimNode::describe() const {
+  if (crashed_) return label_ + ": crashed (faults.crashes)";
   if (stopped_) return label_ + ": stopped";
   if (!started_) return label_ + ": not started yet";
   return label_ + ": " + protocol_->describe_state();

@@ -127,6 +127,9 @@ class SimNode final : public Runtime {
   void deliver(Message message);           // a message arrived from the network
   void post(std::function<void()> event);  // run on this node's event loop
   bool stopped() const { return stopped_; }
+  // faults.crashes: the node stops dead, as under kill -9: it handles, sends and answers nothing more.
+  void crash();
+  bool crashed() const { return crashed_; }
   std::string describe() const;
   const std::string& label() const { return label_; }
   int pid() const { return pid_; }
@@ -178,6 +181,7 @@ class SimNode final : public Runtime {
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
   bool stopped_ = false;
+  bool crashed_ = false;
   bool started_ = false;
   std::deque<std::function<void()>> events_;
   TimerQueue timers_;

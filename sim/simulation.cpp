@@ -47,6 +47,54 @@ void watch_for_stalls(Cluster& cluster, Seconds window) {
   }
 }
 
+// faults.crashes: stops nodes dead at a simulated time, or a worker as it would start an iteration;
+// and records the workers the scheduler declared lost (ps.on_worker_loss = "continue").
+class CrashSchedule final : public RunObserver {
+ public:
+  explicit CrashSchedule(Cluster& cluster) : cluster_(cluster) {}
+
+  void start(const std::vector<CrashFault>& crashes, simgrid::s4u::Host* host) {
+    for (const auto& crash : crashes) {
+      SimNode* node = find(crash.node);
+      if (!node) continue;  // validation names every node that exists
+      if (crash.iteration && *crash.iteration > 0) {
+        at_iteration_.emplace(std::make_pair(rank_of_label(crash.node), *crash.iteration - 1), node);
+        continue;
+      }
+      const Seconds at = crash.at_s.value_or(0);
+      s4u::Actor::create("crash " + crash.node, host, [node, at] {
+        s4u::this_actor::sleep_until(at);
+        node->crash();
+      })->daemonize();
+    }
+  }
+  void iteration_done(int worker, std::uint32_t iteration, Seconds /*start*/, Seconds /*end*/) override {
+    if (auto it = at_iteration_.find({worker, iteration}); it != at_iteration_.end()) it->second->crash();
+  }
+  void worker_lost(int worker, Seconds at) override {
+    if (!reported_.insert(worker).second) return;  // the scheduler and every node tell it
+    std::ostringstream out;
+    out << "worker " << worker << " at " << at << " s";
+    lost_.push_back(out.str());
+  }
+  const std::vector<std::string>& lost() const { return lost_; }
+
+ private:
+  SimNode* find(std::string_view label) const {
+    for (const auto& node : cluster_.nodes())
+      if (node->label() == label) return node.get();
+    return nullptr;
+  }
+  static int rank_of_label(std::string_view label) {
+    return std::stoi(std::string(label.substr(label.find(' ') + 1)));
+  }
+
+  Cluster& cluster_;
+  std::map<std::pair<int, std::uint32_t>, SimNode*> at_iteration_;  // (worker, last iteration it finishes)
+  std::vector<std::string> lost_;
+  std::set<int> reported_;
+};
+
 // A run still going at sim.max_time ends there: how far it got, and what each node was doing.
 std::string time_limit_failure(const Scenario& sc, const RunObservers& observers, const std::string& stuck) {
   RunReport reached;
@@ -94,8 +142,12 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
 
   const zeno::JobRoles roles(sc);
   RunObservers observers(sc, roles.training());
-  RunObserver& observer = observers.fanout;
   Cluster cluster(sc, platform);
+  CrashSchedule crashes(cluster);
+  ObserverFanout with_crashes({&observers.fanout, &crashes});
+  RunObserver& observer = sc.faults.crashes.empty() && !sc.ps.continues_on_worker_loss()
+                              ? static_cast<RunObserver&>(observers.fanout)
+                              : with_crashes;
 
   const std::string scheduler_host = sc.scheduler_host_name();
   const std::string scheduler_address = "scheduler@" + scheduler_host;
@@ -125,6 +177,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
       delay += node->random("start").uniform(0, sc.perturbation.start_jitter_s);
     node->spawn(delay);
   }
+  crashes.start(sc.faults.crashes, cluster.host(scheduler_host));
   const Seconds stall_window = std::max(30.0, 3 * sc.ps.heartbeat_timeout_s);
   s4u::Actor::create("stall-watch", cluster.host(scheduler_host), [&] {
     watch_for_stalls(cluster, stall_window);
@@ -171,6 +224,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   if (sc.faults.any() || sc.resend_enabled()) {
     FaultCounts counts = cluster.fault_counts();
     counts.resend_enabled = sc.resend_enabled();
+    counts.lost_workers = crashes.lost();
     for (const auto& node : cluster.nodes()) add_resend_counts(node->protocol(), counts);
     report.faults = counts;
     // A dropped message nobody resent is a correctness violation, named as such, not just a stall.

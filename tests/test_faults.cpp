@@ -161,8 +161,8 @@ TEST(Faults, SwarmOn100QuickstartSeedsFindsNoSafetyViolationAndReplaysItsKnobs) 
   std::map<std::string, int> on;
   for (const auto& run : doc["runs"])
     for (const auto& [field, value] : run["knobs"].items()) ++on[field];
-  for (const std::string field :
-       {"faults.loss", "faults.duplicate", "faults.partitions", "faults.clog", "faults.slow"}) {
+  for (const std::string field : {"faults.loss", "faults.duplicate", "faults.partitions", "faults.clog",
+                                  "faults.slow", "faults.crashes"}) {
     EXPECT_GT(on[field], 20) << field;
     EXPECT_LT(on[field], 80) << field;
   }

@@ -293,12 +293,12 @@ TEST(Node, SigtermAndSigintStopANodeCleanlyAndUnlinkItsStaging) {
 // heartbeats so a death is noticed within a second or two.
 class FailureJob {
  public:
-  explicit FailureJob(const std::string& tag, const std::string& heartbeat_timeout = "1s")
+  explicit FailureJob(const std::string& tag, const std::string& heartbeat_timeout = "1s",
+                      const std::vector<std::string>& sets = {"workload.iterations=1000000"})
       : port_(free_port()),
-        args_{"--scenario", "scenarios/quickstart.toml",
-              "--set",      "workload.iterations=1000000",
-              "--set",      "ps.heartbeat_interval=200ms",
-              "--set",      "ps.heartbeat_timeout=" + heartbeat_timeout},
+        args_{with_sets({"--scenario", "scenarios/quickstart.toml", "--set", "ps.heartbeat_interval=200ms",
+                         "--set", "ps.heartbeat_timeout=" + heartbeat_timeout},
+                        sets)},
         scheduler_("scheduler-" + tag, job_env("scheduler", port_), args_),
         server_("server-" + tag, job_env("server", port_), args_),
         worker0_("worker0-" + tag, worker_env(0, port_), args_),
@@ -335,6 +335,14 @@ class FailureJob {
   std::vector<NodeProcess*> all() { return {&scheduler_, &server_, &worker0_, &worker1_}; }
 
  private:
+  static std::vector<std::string> with_sets(std::vector<std::string> args,
+                                            const std::vector<std::string>& sets) {
+    for (const auto& set : sets) {
+      args.emplace_back("--set");
+      args.push_back(set);
+    }
+    return args;
+  }
   static int free_port() {
     PortHolder reserved;
     return reserved.port();  // closed again as `reserved` goes: free for the scheduler
@@ -414,6 +422,28 @@ TEST(NodeFailure, SigtermedWorkerEndsTheOthersPromptlyNamingIt) {
                                               at + std::chrono::seconds(4));
   ::testing::Test::RecordProperty("slowest_end_s", std::to_string(took_s));
   EXPECT_NE(job.server().output().find("interrupted by SIGTERM"), std::string::npos) << job.server().output();
+}
+
+// ps.on_worker_loss = "continue": kill -9 of a worker mid-run; the scheduler declares it dead after the
+// heartbeat timeout, tells the server, and the job finishes with the surviving worker, every node but
+// the killed one exiting 0.
+TEST(NodeFailure, KilledWorkerWithContinueLetsTheJobFinishWithTheSurvivor) {
+  FailureJob job("continue-worker", "1s", {"workload.iterations=150", "ps.on_worker_loss=continue"});
+  ASSERT_TRUE(job.wait_until_running()) << job.worker(0).output() << job.worker(1).output();
+  const auto at = Clock::now();
+  ASSERT_EQ(::kill(job.worker(1).pid(), SIGKILL), 0);
+  ASSERT_EQ(job.worker(1).wait_until(at + std::chrono::seconds(5)), 128 + SIGKILL);
+  for (NodeProcess* node : {&job.scheduler(), &job.server(), &job.worker(0)}) {
+    const auto code = node->wait_until(at + std::chrono::seconds(90));
+    ASSERT_TRUE(code.has_value()) << "still running 90 s after the kill:\n" << node->output();
+    EXPECT_EQ(*code, 0) << node->output();
+  }
+  EXPECT_NE(job.scheduler().output().find("worker 1 (node 11 at 127.0.0.1:"), std::string::npos)
+      << job.scheduler().output();
+  EXPECT_NE(job.scheduler().output().find("the job goes on with 1 worker(s)"), std::string::npos)
+      << job.scheduler().output();
+  EXPECT_NE(job.server().output().find("worker 1 was declared dead; going on without it"), std::string::npos)
+      << job.server().output();
 }
 
 // The digest the scheduler compares: of the scenario as `pstwin node` resolves it from `env` and `sets`.

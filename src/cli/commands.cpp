@@ -151,6 +151,18 @@ std::vector<std::pair<std::string, std::string>> draw_swarm(const Scenario& base
     sets.emplace_back("faults.slow", "[{node = \"" + slow_node + "\", factor = " + probability_text(factor) +
                                          ", from = \"" + seconds_text(slow_from) + "\", until = \"" +
                                          seconds_text(slow_from + slow_length) + "\"}]");
+  // Drawn after the knobs above, so adding it moved none of their numbers. A worker crash with
+  // ps.on_worker_loss = "continue": the survivors must finish with every invariant intact.
+  const bool crash =
+      on() && base.roles.workers > 1 && base.roles.validators == 0 && !base.lb.worker_aggregators;
+  const std::string crash_worker =
+      "worker " + std::to_string(random.below(static_cast<std::uint64_t>(std::max(base.roles.workers, 1))));
+  const double crash_at = random.uniform(0, horizon);
+  if (crash) {
+    sets.emplace_back("faults.crashes",
+                      "[{node = \"" + crash_worker + "\", at = \"" + seconds_text(crash_at) + "\"}]");
+    sets.emplace_back("ps.on_worker_loss", "continue");
+  }
   return sets;
 }
 

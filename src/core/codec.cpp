@@ -249,6 +249,8 @@ std::string_view command_name(Command command) {
       return "lb_decision";
     case Command::kAck:
       return "ack";
+    case Command::kWorkerLost:
+      return "worker_lost";
   }
   return "unknown";
 }

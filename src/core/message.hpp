@@ -23,8 +23,9 @@ enum class Command : std::uint16_t {
   kLbReport = 11,    // server/worker -> scheduler: one iteration's bandwidth measurements (ps.balancing = lb)
   kLbDecision = 12,  // scheduler -> servers, workers: partition owners from an iteration on
   kAck = 13,         // ps.resend: receiver -> sender, key = the acknowledged message's sequence
+  kWorkerLost = 14,  // scheduler -> servers, workers (ps.on_worker_loss = continue): key = the lost node's id
 };
-inline constexpr std::uint16_t kMaxCommand = 13;
+inline constexpr std::uint16_t kMaxCommand = 14;
 
 std::string_view command_name(Command command);
 

@@ -26,6 +26,12 @@ Aggregator::Aggregator(Runtime& runtime, const Scenario& scenario, RunObserver& 
 void Aggregator::handle(Message request) {
   const auto command = request.header.command;
   const Role sender = role_of(request.header.sender);
+  if (sender == Role::kWorker && lost_.contains(rank_of(request.header.sender))) {
+    // Declared dead, its rounds were resolved without it: a late message must not count now.
+    rt_.log(name_ + ": ignoring " + std::string(command_name(command)) + " from worker " +
+            std::to_string(rank_of(request.header.sender)) + ", declared lost");
+    return;
+  }
   if (command == Command::kPush && rule_.forwards_worker_pushes()) {
     if (sender == Role::kWorker)
       forward_for_judgement(std::move(request));
@@ -64,6 +70,7 @@ KeyState& Aggregator::key_state(std::uint64_t key, std::uint64_t bytes) {
     // Least-loaded lane by bytes; ties go to the lowest lane index.
     auto lane = std::min_element(lane_bytes_.begin(), lane_bytes_.end()) - lane_bytes_.begin();
     it->second.lane = static_cast<int>(lane);
+    it->second.lost_workers = static_cast<int>(lost_.size());
     lane_bytes_[static_cast<std::size_t>(lane)] += bytes;
     rule_.init_key(key, it->second);
   }
@@ -119,8 +126,7 @@ void Aggregator::sync_push(Message message) {
   if (!from_validator && wrong_size(message)) return;
   auto input = std::make_shared<Payload>(std::move(message.payload));
   const auto bytes = input->size();
-  const int expected =
-      from_validator ? scenario_.roles.validators : plan_.pushers(iteration, workload_.partition(key).tensor);
+  const int expected = expected_inputs(key, round, iteration);
   std::function<void()> work;
   if (rule_.folds_each_input()) {
     // The lane owns `round.sum` while folding: nothing else touches it until `done` runs.
@@ -131,11 +137,16 @@ void Aggregator::sync_push(Message message) {
     round.inputs.at(static_cast<std::size_t>(rank)) = input;
     // The last input's task runs after every earlier one of this key (same lane, FIFO): it applies the
     // round and snapshots the aggregate the round's pulls return.
-    if (static_cast<int>(round.contributors.size()) == expected)
+    if (static_cast<int>(round.contributors.size()) == expected) {
+      round.applying = true;
+      for (int lost : lost_)
+        if (std::ranges::find(round.contributors, lost) == round.contributors.end())
+          round.lost.push_back(lost);
       work = [this, &state, &round, key, iteration] { rule_.apply_round(key, state, round, iteration); };
+    }
   }
   message.payload = Payload{};
-  auto done = [this, request = std::move(message), &round, key, iteration, rank, expected,
+  auto done = [this, request = std::move(message), &state, &round, key, iteration, rank,
                from_validator]() mutable {
     PSTWIN_ASSERT(!round.complete, name_ + ": an input applied to a completed round");
     ++round.inputs_applied;
@@ -149,9 +160,75 @@ void Aggregator::sync_push(Message message) {
       else
         reply(request);
     }
-    if (round.inputs_applied == expected) complete_round(key, round, iteration);
+    close_if_complete(key, state, round, iteration);
   };
   engine_.submit(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done));
+}
+
+int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint32_t iteration) const {
+  if (rule_.input_role() == Role::kValidator) return scenario_.roles.validators;
+  const int tensor = workload_.partition(key).tensor;
+  int expected = plan_.pushers(iteration, tensor);
+  for (int lost : lost_)
+    if (plan_.pushes(lost, iteration, tensor) &&
+        std::ranges::find(round.contributors, lost) == round.contributors.end())
+      --expected;
+  return expected;
+}
+
+void Aggregator::close_if_complete(std::uint64_t key, KeyState& state, Round& round,
+                                   std::uint32_t iteration) {
+  if (round.complete || round.applied_whole ||
+      round.inputs_applied < static_cast<int>(round.contributors.size()) ||
+      round.inputs_applied < expected_inputs(key, round, iteration))
+    return;
+  if (rule_.folds_each_input() || round.applying) {
+    if (round.inputs_applied > 0 || round.applying) complete_round(key, round, iteration);
+    return;
+  }
+  apply_whole_round(key, state, round, iteration);
+}
+
+void Aggregator::worker_lost(int rank) {
+  if (!lost_.insert(rank).second) return;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> open;
+  for (auto& [key, state] : keys_) {
+    state.lost_workers = static_cast<int>(lost_.size());
+    for (auto& [iteration, round] : state.rounds) {
+      if (!round.pulled_by.empty() && round.pulled_by.at(static_cast<std::size_t>(rank)))
+        --round.pulls_answered;
+      open.emplace_back(key, iteration);
+    }
+  }
+  // Completing a round answers its pulls, which may free it: look each one up again.
+  for (const auto& [key, iteration] : open) {
+    auto& state = keys_.at(key);
+    auto round = state.rounds.find(iteration);
+    if (round == state.rounds.end()) continue;
+    if (sync_) close_if_complete(key, state, round->second, iteration);
+    round = state.rounds.find(iteration);
+    if (round != state.rounds.end() && round->second.complete && all_pulled(round->second))
+      state.rounds.erase(round);
+  }
+}
+
+bool Aggregator::all_pulled(const Round& round) const {
+  return round.pulls_answered ==
+         workload_.workers() - static_cast<int>(lost_.size()) + scenario_.roles.validators;
+}
+
+void Aggregator::count_pull(const Message& request, Round& round, std::uint64_t key,
+                            std::uint32_t iteration) {
+  if (const NodeId sender = request.header.sender; role_of(sender) == Role::kWorker) {
+    const int rank = rank_of(sender);
+    if (lost_.contains(rank)) return;  // answered, but freeing the round waits for the live ones
+    if (scenario_.ps.continues_on_worker_loss()) {
+      round.pulled_by.resize(static_cast<std::size_t>(workload_.workers()));
+      round.pulled_by.at(static_cast<std::size_t>(rank)) = true;
+    }
+  }
+  ++round.pulls_answered;
+  if (all_pulled(round)) keys_[key].rounds.erase(iteration);
 }
 
 void Aggregator::complete_round(std::uint64_t key, Round& round, std::uint32_t iteration) {
@@ -173,15 +250,18 @@ void Aggregator::sync_pull(Message message) {
     round.waiting_pulls.push_back(std::move(message));
     if (!rule_.folds_each_input() && rule_.input_role() == Role::kWorker && !round.applying &&
         plan_.pushers(iteration, workload_.partition(key).tensor) == 0)
-      apply_unpushed_round(key, state, round, iteration);
+      apply_whole_round(key, state, round, iteration);
     return;
   }
   answer_sync_pull(message, round, key, iteration);
 }
 
-void Aggregator::apply_unpushed_round(std::uint64_t key, KeyState& state, Round& round,
-                                      std::uint32_t iteration) {
+void Aggregator::apply_whole_round(std::uint64_t key, KeyState& state, Round& round,
+                                   std::uint32_t iteration) {
   round.applying = true;
+  round.applied_whole = true;
+  for (int lost : lost_)
+    if (std::ranges::find(round.contributors, lost) == round.contributors.end()) round.lost.push_back(lost);
   round.inputs.resize(static_cast<std::size_t>(workload_.workers()));
   auto work = [this, &state, &round, key, iteration] { rule_.apply_round(key, state, round, iteration); };
   auto done = [this, &round, key, iteration] { complete_round(key, round, iteration); };
@@ -192,8 +272,7 @@ void Aggregator::answer_sync_pull(const Message& request, Round& round, std::uin
                                   std::uint32_t iteration) {
   // Zero-copy: every pull of a finished round shares the one aggregate buffer.
   reply(request, round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
-  if (++round.pulls_answered == workload_.workers() + scenario_.roles.validators)
-    keys_[key].rounds.erase(iteration);
+  count_pull(request, round, key, iteration);
 }
 
 // ZenoPS: a worker's push goes to validator (worker rank % validators), tagged (round = iteration,

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -39,6 +40,10 @@ class Aggregator {
 
   // A push, push_pull or pull request, from a worker or a validator.
   void handle(Message request);
+  // ps.on_worker_loss = "continue": worker `rank` is gone. Rounds it has not pushed to complete with
+  // the other workers' inputs (what it pushed before counts, once); async updates are scaled to the
+  // survivors.
+  void worker_lost(int rank);
   // Async, at shutdown: every key's final store to the observer.
   void report_final_stores() const;
   std::string describe() const;
@@ -62,10 +67,19 @@ class Aggregator {
   bool wrong_size(const Message& message);
   // Every input of the round is applied: the aggregate to the observer, the parked pulls answered.
   void complete_round(std::uint64_t key, Round& round, std::uint32_t iteration);
+  // The inputs a sync round waits for: the pushes the plan calls for, less those of workers lost
+  // before they pushed to it.
+  int expected_inputs(std::uint64_t key, const Round& round, std::uint32_t iteration) const;
+  // Completes the round if every expected input is applied (applying it first when the rule applies
+  // whole rounds and no input's task did, as after a loss).
+  void close_if_complete(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration);
+  // Counts an answered pull; frees the round once every live worker and validator has pulled it.
+  void count_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
+  bool all_pulled(const Round& round) const;
   void answer_sync_pull(const Message& request, Round& round, std::uint64_t key, std::uint32_t iteration);
-  // RoundPlan: every participant dropped this key's tensor; the round is applied (zero updates) on
-  // its first pull.
-  void apply_unpushed_round(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration);
+  // Applies a whole round on the key's lane, then completes it: when every participant dropped this
+  // key's tensor (RoundPlan, on its first pull: zero updates), or when a loss completed the round.
+  void apply_whole_round(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration);
   // ps.max_staleness: true if `message` (an async push) is within the bound; refused ones are
   // acknowledged (a fused one answered like a pull) and never applied.
   bool admit_by_staleness(Message& message, KeyState& state);
@@ -81,6 +95,7 @@ class Aggregator {
   std::string name_;
   std::vector<std::uint64_t> lane_bytes_;
   std::map<std::uint64_t, KeyState> keys_;
+  std::set<int> lost_;  // ps.on_worker_loss = "continue": worker ranks declared lost
   // ps.max_staleness: the key version each worker last pulled, by (key, worker rank).
   std::map<std::pair<std::uint64_t, int>, std::uint64_t> pulled_version_;
   // ValidatedRule, async: pushes not yet judged, by (worker, key, round), with the worker's pull once

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/message.hpp"
 #include "core/random.hpp"
@@ -24,17 +25,20 @@ struct FaultEndpoint {
 
 // What the backend injected and what the resend layer did about it; results.json's `faults`.
 struct FaultCounts {
-  std::uint64_t lost = 0;                // messages dropped by faults.loss
-  std::uint64_t duplicated = 0;          // messages delivered a second time by faults.duplicate
-  std::uint64_t partitioned = 0;         // messages dropped by a partition
-  std::uint64_t clogged = 0;             // messages held by a clog
-  double clog_hold_s = 0;                // their waits, summed
-  std::uint64_t slowed = 0;              // executor tasks stretched by faults.slow
-  bool resend_enabled = false;           // ps.resend as resolved
-  std::uint64_t resent = 0;              // ps.resend: messages sent again for want of an ack
-  std::uint64_t duplicates_dropped = 0;  // ps.resend: copies a receiver had already seen
-  std::uint64_t acks = 0;                // ps.resend: acknowledgements sent
-  std::uint64_t given_up = 0;            // ps.resend: unacknowledged at a stop (the peer had stopped)
+  std::uint64_t lost = 0;                 // messages dropped by faults.loss
+  std::uint64_t duplicated = 0;           // messages delivered a second time by faults.duplicate
+  std::uint64_t partitioned = 0;          // messages dropped by a partition
+  std::uint64_t clogged = 0;              // messages held by a clog
+  double clog_hold_s = 0;                 // their waits, summed
+  std::uint64_t slowed = 0;               // executor tasks stretched by faults.slow
+  std::uint64_t crashed = 0;              // nodes stopped dead by faults.crashes
+  std::uint64_t crash_dropped = 0;        // messages that reached a crashed node
+  std::vector<std::string> lost_workers;  // ps.on_worker_loss = "continue": "worker 1 at 10.2 s"
+  bool resend_enabled = false;            // ps.resend as resolved
+  std::uint64_t resent = 0;               // ps.resend: messages sent again for want of an ack
+  std::uint64_t duplicates_dropped = 0;   // ps.resend: copies a receiver had already seen
+  std::uint64_t acks = 0;                 // ps.resend: acknowledgements sent
+  std::uint64_t given_up = 0;             // ps.resend: unacknowledged at a stop (the peer had stopped)
   // The first message a fault dropped, for the failure it may cause: "push key 3 iteration 2 from
   // worker 1 to server 0 at 0.031 s (faults.loss)".
   std::string first_drop;

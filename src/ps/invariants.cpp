@@ -1,5 +1,6 @@
 #include "ps/invariants.hpp"
 
+#include <limits>
 #include <sstream>
 
 #include "core/digest.hpp"
@@ -68,31 +69,50 @@ void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint
     return;
   }
   const auto floats = value.floats();
+  auto expected_at = [&](std::size_t j) {
+    if (!lost_.empty()) return expected_applied_sum(key, iteration, j, whole_run);
+    return whole_run ? workload_.expected_total(key, j) : workload_.expected_round_sum(iteration, key, j);
+  };
   std::size_t wrong = 0;
   std::size_t first = 0;
   bool same_offset = true;  // every element off by one amount: a whole contribution was swapped
   float offset = 0;
   for (std::size_t j = 0; j < floats.size(); ++j) {
-    const float expected =
-        whole_run ? workload_.expected_total(key, j) : workload_.expected_round_sum(iteration, key, j);
+    const float expected = expected_at(j);
     const float diff = floats[j] - expected;
     if (j == 0) offset = diff;
     same_offset = same_offset && diff == offset;
     if (floats[j] != expected && wrong++ == 0) first = j;
   }
   if (wrong == 0) return;
-  const float expected =
-      whole_run ? workload_.expected_total(key, first) : workload_.expected_round_sum(iteration, key, first);
+  const float expected = expected_at(first);
   std::ostringstream out;
   out << where(server, key, iteration) << ": " << what << " differs from the sum of the "
-      << workload_.workers() << " workers' contributions in " << wrong << " of " << floats.size()
-      << " elements (element " << first << " = " << floats[first] << ", expected " << expected << ")";
+      << (lost_.empty() ? std::to_string(workload_.workers()) + " workers'" : std::string("applied"))
+      << " contributions in " << wrong << " of " << floats.size() << " elements (element " << first << " = "
+      << floats[first] << ", expected " << expected << ")";
   if (same_offset)
     out << "; every element is off by " << offset
         << ": one worker's push carried another worker's values (crossed line: see staging.naming)";
   else
     out << "; a contribution was counted twice, lost or corrupted";
   add({"aggregates", out.str()});
+}
+
+float InvariantChecker::expected_applied_sum(std::uint64_t key, std::uint32_t iteration, std::size_t element,
+                                             bool whole_run) const {
+  float sum = 0;
+  const auto first = whole_run ? applied_.lower_bound({key, 0, std::numeric_limits<int>::min()})
+                               : applied_.lower_bound({key, iteration, std::numeric_limits<int>::min()});
+  for (auto it = first; it != applied_.end() && std::get<0>(*it) == key; ++it) {
+    if (!whole_run && std::get<1>(*it) != iteration) break;
+    sum += workload_.value(std::get<2>(*it), std::get<1>(*it), key, element);
+  }
+  return sum;
+}
+
+void InvariantChecker::worker_lost(int worker, Seconds /*at*/) {
+  lost_.insert(worker);
 }
 
 void InvariantChecker::aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration,
@@ -166,6 +186,19 @@ void InvariantChecker::finish(bool run_completed) {
       for (const auto& partition : workload_.partitions())
         expected +=
             static_cast<std::uint64_t>(plan.pushers(static_cast<std::uint32_t>(it), partition.tensor));
+  }
+  if (!lost_.empty()) {
+    // Survivors: every push the plan calls for; a lost worker: what it pushed before, once (checked
+    // as it was applied).
+    expected = 0;
+    for (int it = 0; it < workload_.iterations(); ++it)
+      for (const auto& partition : workload_.partitions())
+        for (int w = 0; w < workload_.workers(); ++w)
+          if (!lost_.contains(w) &&
+              (!plan.active() || plan.pushes(w, static_cast<std::uint32_t>(it), partition.tensor)))
+            ++expected;
+    for (const auto& entry : applied_)
+      if (lost_.contains(std::get<2>(entry))) ++expected;
   }
   count_check("updates");
   if (applied_.size() != expected)

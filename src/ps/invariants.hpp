@@ -56,6 +56,7 @@ class InvariantChecker final : public RunObserver {
   void lb_decision(NodeId node, const LbDecision& decision) override;
   void request_routed(NodeId receiver, NodeId sender, std::uint64_t key, std::uint32_t iteration) override;
   void tag_checked(NodeId node, bool ok, const std::string& why) override;
+  void worker_lost(int worker, Seconds at) override;
 
   // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
   void finish(bool run_completed);
@@ -77,7 +78,13 @@ class InvariantChecker final : public RunObserver {
   std::uint64_t violation_count_ = 0;
   std::vector<Violation> violations_;  // the first kMaxKept; violation_count_ has them all
   InvariantTallies tallies_;
+  // After a worker loss a sum holds what was applied, not every worker's contribution: the expected
+  // value of element `element`, over the applied pushes of one round (or of the run, `whole_run`).
+  float expected_applied_sum(std::uint64_t key, std::uint32_t iteration, std::size_t element,
+                             bool whole_run) const;
+
   std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied_;  // (key, iteration, worker)
+  std::set<int> lost_;  // ps.on_worker_loss = "continue": workers declared lost
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<int, std::string>> first_pull_digest_;
   std::map<std::uint32_t, LbDecision> decisions_;  // routing: by iteration, as first reported
 };

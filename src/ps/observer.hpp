@@ -30,6 +30,8 @@ class RunObserver {
                              const Payload& /*value*/) {}
   virtual void iteration_done(int /*worker_rank*/, std::uint32_t /*iteration*/, Seconds /*start*/,
                               Seconds /*end*/) {}
+  // ps.on_worker_loss = "continue": the scheduler declared this worker dead and the job goes on.
+  virtual void worker_lost(int /*worker_rank*/, Seconds /*at*/) {}
   // Async mode, at shutdown: the final value of a key's store.
   virtual void final_store(NodeId /*server*/, std::uint64_t /*key*/, const Payload& /*store*/) {}
   // ZenoPS tags: a message matched an open (round, worker, tensor) slot (ok), or was refused (why).
@@ -79,6 +81,9 @@ class ObserverFanout final : public RunObserver {
   }
   void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override {
     for (auto* t : targets_) t->iteration_done(worker, iteration, start, end);
+  }
+  void worker_lost(int worker, Seconds at) override {
+    for (auto* t : targets_) t->worker_lost(worker, at);
   }
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override {
     for (auto* t : targets_) t->final_store(server, key, store);

@@ -75,6 +75,7 @@ void PsNode::on_message(Message message) {
     case Command::kBarrier:
     case Command::kShutdown:
     case Command::kFatal:
+    case Command::kWorkerLost:
       // The control plane is the scheduler's: these start, hold, end or fail the job, so a message
       // from anyone else (a misdirected or forged frame) must not.
       if (!from_scheduler) {
@@ -111,6 +112,17 @@ void PsNode::on_message(Message message) {
       return;
     case Command::kHeartbeat:
       return;  // the scheduler's reply: it is alive (noted above)
+    case Command::kWorkerLost:
+      if (role_of(static_cast<NodeId>(h.key)) != Role::kWorker) {
+        rt_.log("ignoring worker_lost for node " + std::to_string(h.key) + ", which is not a worker");
+        return;
+      }
+      rt_.log("worker " + std::to_string(rank_of(static_cast<NodeId>(h.key))) +
+              " was declared dead; going on without it (ps.on_worker_loss = \"continue\")");
+      observer_.worker_lost(rank_of(static_cast<NodeId>(h.key)),
+                            rt_.now());  // this node's checker sums what it applied
+      on_worker_lost(rank_of(static_cast<NodeId>(h.key)));
+      return;
     case Command::kFatal:
       // The scheduler names the node that failed; it needs no notice back.
       scheduler_gone_ = true;

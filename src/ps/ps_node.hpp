@@ -41,6 +41,8 @@ class PsNode : public Node {
   virtual void on_ready() = 0;                       // after the start barrier
   virtual void on_app_message(Message message) = 0;  // push, pull and their responses
   virtual void on_shutdown() {}
+  // ps.on_worker_loss = "continue": the scheduler declared worker `rank` dead; the job goes on.
+  virtual void on_worker_lost(int /*rank*/) {}
   virtual std::string describe_app_state() const = 0;
 
   void send_to(NodeId to, Command command, const MessageHeader& fields, Payload payload = {});

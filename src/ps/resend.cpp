@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "ps/control.hpp"
+
 namespace pstwin {
 
 Resender::Resender(Runtime& inner, Options options) : inner_(inner), options_(std::move(options)) {}
@@ -10,11 +12,21 @@ bool Resender::tracked(const MessageHeader& header) {
   // Acks are not acknowledged (ps-lite: Control::ACK); a lost heartbeat is replaced by the next one;
   // a node without an id (registering) has no signature yet, as ps-lite's resender starts after the
   // node table.
-  return header.command != Command::kAck && header.command != Command::kHeartbeat && header.sender != kNoNode;
+  return header.command != Command::kAck && header.command != Command::kHeartbeat &&
+         header.sender != kNoNode && !accepted_registration(header);
+}
+
+bool Resender::accepted_registration(const MessageHeader& header) {
+  // Not needed either: the node table, sent to the node's id once every node has registered,
+  // supersedes it. Tracked, a registrant that crashed after registering would leave it unacknowledged
+  // at a connection id that no worker loss names.
+  return header.command == Command::kRegister && header.is_response && header.key == kRegistrationAccepted;
 }
 
 void Resender::send(Message message) {
-  if (self() == kNoNode || message.header.command == Command::kHeartbeat) {
+  if (message.header.command == Command::kWorkerLost) forget(static_cast<NodeId>(message.header.key));
+  if (self() == kNoNode || message.header.command == Command::kHeartbeat ||
+      accepted_registration(message.header) || lost_.contains(message.header.recipient)) {
     inner_.send(std::move(message));
     return;
   }
@@ -98,7 +110,22 @@ void Resender::on_message(Message message) {
     }
   }
   if (stop_requested_) return;  // the protocol has stopped; we only linger for acks
+  if (h.command == Command::kWorkerLost && h.sender == kSchedulerId) forget(static_cast<NodeId>(h.key));
   protocol_->on_message(std::move(message));
+}
+
+void Resender::forget(NodeId peer) {
+  lost_.insert(peer);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.message.header.recipient != peer) {
+      ++it;
+      continue;
+    }
+    inner_.cancel_timer(it->second.timer);
+    ++counts_.given_up;
+    it = pending_.erase(it);
+  }
+  maybe_stop();
 }
 
 void Resender::stop() {
@@ -131,7 +158,9 @@ std::unique_ptr<Node> with_resend(Runtime& rt, const Scenario& scenario, std::st
                                   const std::function<std::unique_ptr<Node>(Runtime&)>& make) {
   if (!scenario.resend_enabled()) return make(rt);
   auto resender = std::make_unique<Resender>(
-      rt, Resender::Options{scenario.ps.resend_timeout_s, scenario.ps.heartbeat_timeout_s, std::move(label)});
+      rt, Resender::Options{scenario.ps.resend_timeout_s,
+                            scenario.ps.heartbeat_timeout_s + 2 * scenario.ps.heartbeat_interval_s,
+                            std::move(label)});
   resender->wrap(make(*resender));
   return resender;
 }

@@ -8,9 +8,11 @@
 //  - every such message received is acknowledged (kAck, key = its sequence) before it is handled, and
 //    handled only the first time: a second copy (a duplicate, or a resend whose ack was lost) is
 //    dropped and acknowledged again;
-//  - a message unacknowledged for ps.heartbeat_timeout fails the run naming it, as a silent node
-//    does; a node that stops lingers until what it sent is acknowledged (its peer may have stopped
-//    meanwhile: then it gives up after a few resends), so a lost shutdown ack does not hang the job.
+//  - a message unacknowledged for ps.heartbeat_timeout + 2 x ps.heartbeat_interval fails the run
+//    naming it: a dead peer is the scheduler's to declare first (it may let the job go on without a
+//    worker, ps.on_worker_loss); messages to a worker declared lost are forgotten; a node that stops lingers
+//    until what it sent is acknowledged (its peer may have stopped meanwhile: then it gives up after a few
+//    resends), so a lost shutdown ack does not hang the job.
 //
 // Costs: one ack per message, a timer per unacknowledged message, and a copy of each live (zero-copy)
 // payload taken at send time, since a resend must carry what was sent, not what the staging buffer
@@ -33,7 +35,7 @@ class Resender final : public Runtime, public Node {
  public:
   struct Options {
     Seconds timeout = 1;         // ps.resend_timeout
-    Seconds give_up_after = 10;  // ps.heartbeat_timeout
+    Seconds give_up_after = 12;  // ps.heartbeat_timeout + 2 x ps.heartbeat_interval
     std::string label;           // "worker 1", for failure texts
   };
   // How many distinct messages per sender the receiver remembers. A message older than all of them is
@@ -99,17 +101,21 @@ class Resender final : public Runtime, public Node {
   };
 
   static bool tracked(const MessageHeader& header);
+  static bool accepted_registration(const MessageHeader& header);
   void acknowledge(const MessageHeader& header);
   bool first_time(const MessageHeader& header);  // records it
   void acked(std::uint64_t sequence);
   void timed_out(std::uint64_t sequence);
   void maybe_stop();
+  // A worker declared lost (kWorkerLost): what was sent to it is dropped, later sends go untracked.
+  void forget(NodeId peer);
 
   Runtime& inner_;
   Options options_;
   std::unique_ptr<Node> protocol_;
   std::map<std::uint64_t, Pending> pending_;  // by sequence
   std::map<NodeId, Seen> seen_;
+  std::set<NodeId> lost_;
   FaultCounts counts_;
   bool stop_requested_ = false;
   bool stopped_ = false;

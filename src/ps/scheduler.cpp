@@ -50,6 +50,15 @@ void Scheduler::send(NodeId to, Command command, bool response, std::uint64_t ke
 void Scheduler::on_message(Message message) {
   const auto& h = message.header;
   if (h.sender != kNoNode) last_seen_[h.sender] = rt_.now();
+  if (lost_workers_.contains(h.sender)) {
+    // Declared dead but alive (it was stopped or cut off): the job went on without it, so it must end.
+    if (fenced_.insert(h.sender).second)
+      send(h.sender, Command::kFatal, false, 0,
+           encode_text(describe_node(h.sender) +
+                       " was declared dead (silent for ps.heartbeat_timeout) and the job went on without it "
+                       "(ps.on_worker_loss = \"continue\")"));
+    return;
+  }
   switch (h.command) {
     case Command::kRegister:
       on_register(message);
@@ -66,18 +75,14 @@ void Scheduler::on_message(Message message) {
       on_lb_report(message);
       return;
     case Command::kWorkerDone:
+      if (lost_workers_.contains(h.sender)) return;
       workers_done_.insert(h.sender);
-      if (static_cast<int>(workers_done_.size()) == expected_workers_ && !shutting_down_) {
-        shutting_down_ = true;
-        std::vector<NodeId> everyone;
-        for (const auto& info : table_) everyone.push_back(info.id);
-        broadcast(Command::kShutdown, everyone);
-      }
+      maybe_shut_down();
       return;
     case Command::kShutdown:
       if (h.is_response) {
         shutdown_acks_.insert(h.sender);
-        if (shutdown_acks_.size() == table_.size()) rt_.stop();
+        if (shutdown_acks_.size() + lost_workers_.size() == table_.size()) rt_.stop();
       }
       return;
     case Command::kFatal: {
@@ -100,6 +105,15 @@ void Scheduler::on_message(Message message) {
       rt_.log("scheduler: ignoring " + std::string(command_name(h.command)) + " from node " +
               std::to_string(h.sender));
   }
+}
+
+void Scheduler::maybe_shut_down() {
+  if (shutting_down_ || static_cast<int>(workers_done_.size()) < live_workers()) return;
+  shutting_down_ = true;
+  std::vector<NodeId> everyone;
+  for (const auto& info : table_)
+    if (!lost_workers_.contains(info.id)) everyone.push_back(info.id);
+  broadcast(Command::kShutdown, everyone);
 }
 
 std::string Scheduler::describe_node(NodeId id) const {
@@ -234,16 +248,21 @@ void Scheduler::assign_ids() {
 std::vector<NodeId> Scheduler::members(int group_mask) const {
   std::vector<NodeId> ids;
   for (const auto& info : table_)
-    if (group_of(info.role) & group_mask) ids.push_back(info.id);
+    if ((group_of(info.role) & group_mask) && !lost_workers_.contains(info.id)) ids.push_back(info.id);
   return ids;
 }
 
 void Scheduler::on_barrier(const Message& message) {
+  if (lost_workers_.contains(message.header.sender)) return;
   const int group = static_cast<int>(message.header.key);
+  barrier_arrivals_[group].insert(message.header.sender);
+  release_barrier(group);
+}
+
+void Scheduler::release_barrier(int group) {
   auto& arrived = barrier_arrivals_[group];
-  arrived.insert(message.header.sender);
   const auto expected = members(group);
-  if (arrived.size() < expected.size()) return;
+  if (arrived.empty() || arrived.size() < expected.size()) return;
   arrived.clear();
   observer_.barrier_released(group, rt_.now());
   for (NodeId id : expected) send(id, Command::kBarrier, true, static_cast<std::uint64_t>(group));
@@ -282,16 +301,43 @@ void Scheduler::check_heartbeats() {
     // A node that acknowledged the shutdown has stopped and sends nothing more.
     if (shutdown_acks_.contains(info.id)) continue;
     const Seconds silent = now - last_seen_[info.id];
+    if (lost_workers_.contains(info.id)) continue;
     if (silent > scenario_.ps.heartbeat_timeout_s) {
       std::ostringstream out;
       out << describe_node(info.id) << " sent no heartbeat for " << std::fixed << std::setprecision(1)
           << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat << std::setprecision(6)
           << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
+      if (info.role == Role::kWorker && scenario_.ps.continues_on_worker_loss() && live_workers() > 1) {
+        lose_worker(info, out.str());
+        continue;
+      }
       fail_job(info.id, out.str());
       return;
     }
   }
   rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { check_heartbeats(); });
+}
+
+void Scheduler::lose_worker(const NodeInfo& info, const std::string& why) {
+  rt_.log(why + "; the job goes on with " + std::to_string(live_workers() - 1) +
+          " worker(s) (ps.on_worker_loss = \"continue\")");
+  lost_workers_.insert(info.id);
+  gone_.insert(info.id);
+  workers_done_.erase(info.id);
+  for (auto& [group, arrived] : barrier_arrivals_) arrived.erase(info.id);
+  observer_.worker_lost(info.rank, rt_.now());
+  for (const auto& other : table_)
+    if (!gone_.contains(other.id) && !shutdown_acks_.contains(other.id))
+      send(other.id, Command::kWorkerLost, false, info.id);
+  recheck_after_loss();
+}
+
+void Scheduler::recheck_after_loss() {
+  std::vector<int> groups;
+  for (const auto& [group, arrived] : barrier_arrivals_) groups.push_back(group);
+  for (int group : groups) release_barrier(group);
+  maybe_shut_down();
+  if (shutting_down_ && shutdown_acks_.size() + lost_workers_.size() == table_.size()) rt_.stop();
 }
 
 std::string Scheduler::describe_state() const {
@@ -300,7 +346,8 @@ std::string Scheduler::describe_state() const {
     out << "waiting for registrations: " << registrations_.size() << " of "
         << expected_servers_ + expected_workers_ + expected_validators_;
   else if (!shutting_down_)
-    out << "running; " << workers_done_.size() << " of " << expected_workers_ << " workers done";
+    out << "running; " << workers_done_.size() << " of " << live_workers() << " workers done"
+        << (lost_workers_.empty() ? "" : " (" + std::to_string(lost_workers_.size()) + " lost)");
   else
     out << "shutting down; " << shutdown_acks_.size() << " of " << table_.size() << " acks";
   return out.str();

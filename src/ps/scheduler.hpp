@@ -37,8 +37,15 @@ class Scheduler final : public Node {
   std::string describe_node(NodeId id) const;  // "worker 1 (node 11 at 127.0.0.1:4242)"
   void assign_ids();
   void on_barrier(const Message& message);
+  void release_barrier(int group);  // if every live member of `group` has arrived
   void on_lb_report(const Message& message);
   void check_heartbeats();
+  // ps.on_worker_loss = "continue": the job goes on without worker `info`; every live node is told.
+  void lose_worker(const NodeInfo& info, const std::string& why);
+  // After a loss: a barrier, the workers' done count or the shutdown acks may be complete now.
+  void recheck_after_loss();
+  void maybe_shut_down();
+  int live_workers() const { return expected_workers_ - static_cast<int>(lost_workers_.size()); }
   void broadcast(Command command, const std::vector<NodeId>& to);
   std::vector<NodeId> members(int group_mask) const;
   void send(NodeId to, Command command, bool response, std::uint64_t key, Payload payload = {});
@@ -59,9 +66,11 @@ class Scheduler final : public Node {
   // The job's fields and their digest (src/scenario job_fields): a registration must match them.
   std::vector<std::pair<std::string, std::string>> job_fields_;
   std::string job_digest_;
-  NodeId next_registrant_id_;  // connection ids for answers before the node table
-  std::set<NodeId> gone_;      // failed or left: told nothing more
-  bool relaying_ = false;      // the job fails for a node's failure (fail_job), not the scheduler's
+  NodeId next_registrant_id_;      // connection ids for answers before the node table
+  std::set<NodeId> gone_;          // failed or left: told nothing more
+  std::set<NodeId> lost_workers_;  // ps.on_worker_loss = "continue": declared dead, the job goes on
+  std::set<NodeId> fenced_;        // ... and heard from again: told to end
+  bool relaying_ = false;          // the job fails for a node's failure (fail_job), not the scheduler's
   // ps.balancing = "lb" only.
   std::vector<PartitionSpec> partitions_;
   std::unique_ptr<LoadBalancer> balancer_;

@@ -26,6 +26,7 @@ class Server final : public PsNode {
   void on_ready() override;
   void on_app_message(Message message) override;
   void on_shutdown() override;
+  void on_worker_lost(int rank) override { aggregator_.worker_lost(rank); }
   std::string describe_app_state() const override;
 
   // ps.balancing = "lb": take up a decision and serve the requests that waited for it.

@@ -84,7 +84,7 @@ void TrainingRule::apply_async(std::uint64_t /*key*/, KeyState& state, const std
   std::vector<float> update(state.velocity.size(), 0.0f);
   if (input->size() == update.size() * sizeof(float)) sum_into(update, input->floats());
   if (async_) {
-    const auto workers = static_cast<float>(workload_.workers());
+    const auto workers = static_cast<float>(workload_.workers() - state.lost_workers);
     for (auto& value : update) value /= workers;
   }
   apply(state, update, iteration);
@@ -104,7 +104,8 @@ void SgdRule::apply_round(std::uint64_t key, KeyState& state, Round& round, std:
     const auto& gradient = round.inputs[w];
     if (gradient && gradient->size() == update.size() * sizeof(float))
       spans.push_back(gradient->floats());
-    else if (!gradient && plan_.participates(static_cast<int>(w), iteration))
+    else if (!gradient && plan_.participates(static_cast<int>(w), iteration) &&
+             std::ranges::find(round.lost, static_cast<int>(w)) == round.lost.end())
       spans.emplace_back(zeros);
   }
   combiner_.combine(key, spans, update);

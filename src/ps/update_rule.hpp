@@ -37,10 +37,13 @@ struct Round {
   std::vector<int> contributors;                 // ranks (workers, or validators) whose input this round took
   std::vector<int> forwarded;                    // ValidatedRule: worker ranks whose push went to a validator
   std::vector<std::shared_ptr<Payload>> inputs;  // rules that apply whole rounds: by contributor rank
+  std::vector<int> lost;  // ps.on_worker_loss = "continue": workers lost before they pushed (not counted)
+  std::vector<bool> pulled_by;  // ... which workers' pulls were answered (freeing the round needs all live)
   int inputs_applied = 0;
   std::vector<Message> waiting_pulls;
   int pulls_answered = 0;
-  bool applying = false;  // RoundPlan: a round no worker pushes to is being applied
+  bool applying = false;  // the round's apply is queued (on the last input's task, or by apply_whole_round)
+  bool applied_whole = false;  // ... by apply_whole_round, which completes it itself
   bool complete = false;
 };
 
@@ -52,6 +55,7 @@ struct KeyState {
   std::uint64_t store_bytes = 0;
   std::vector<float> velocity;  // training: SGD momentum of the key's slice
   std::uint64_t version = 0;    // async with ps.max_staleness: pushes applied to the key
+  int lost_workers = 0;         // async: workers declared lost (an update is scaled to the survivors)
 };
 
 // How a sync round's gradients (in worker-rank order) become one update.

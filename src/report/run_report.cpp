@@ -274,7 +274,10 @@ nlohmann::ordered_json faults_json(const FaultCounts& c) {
             {"partition", c.partitioned},
             {"clog", c.clogged},
             {"clog_hold_s", c.clog_hold_s},
-            {"slow", c.slowed}}},
+            {"slow", c.slowed},
+            {"crash", c.crashed},
+            {"crash_dropped", c.crash_dropped}}},
+          {"lost_workers", c.lost_workers},
           {"resend",
            {{"enabled", c.resend_enabled},
             {"resent", c.resent},
@@ -293,6 +296,9 @@ FaultCounts faults_from_json(const nlohmann::ordered_json& j) {
   c.clogged = injected.at("clog");
   c.clog_hold_s = injected.at("clog_hold_s");
   c.slowed = injected.at("slow");
+  c.crashed = injected.value("crash", std::uint64_t{0});
+  c.crash_dropped = injected.value("crash_dropped", std::uint64_t{0});
+  if (j.contains("lost_workers")) c.lost_workers = j.at("lost_workers").get<std::vector<std::string>>();
   const auto& resend = j.at("resend");
   c.resend_enabled = resend.at("enabled");
   c.resent = resend.at("resent");
@@ -422,7 +428,15 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
   if (const auto& f = r.faults) {
     out << "  faults injected: loss " << f->lost << ", duplicate " << f->duplicated << ", partition "
         << f->partitioned << ", clog " << f->clogged << " (held " << f->clog_hold_s << " s), slow "
-        << f->slowed << " tasks\n";
+        << f->slowed << " tasks";
+    if (f->crashed > 0) out << ", crash " << f->crashed << " node(s)";
+    out << "\n";
+    if (!f->lost_workers.empty()) {
+      out << "  workers lost, the job went on without them:";
+      for (const auto& lost : f->lost_workers)
+        out << " " << lost << (&lost == &f->lost_workers.back() ? "" : ",");
+      out << "\n";
+    }
     if (f->resend_enabled)
       out << "  resend: " << f->resent << " resent, " << f->duplicates_dropped << " duplicates dropped, "
           << f->acks << " acks, " << f->given_up << " given up at stop\n";

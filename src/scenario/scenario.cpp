@@ -732,7 +732,10 @@ constexpr std::string_view kPartitionExample = "{ hosts = [\"h1\"], from = \"1s\
 constexpr std::string_view kClogExample = "{ nodes = [\"server 0\"], from = \"1s\", duration = \"50ms\" }";
 constexpr std::string_view kSlowExample =
     "{ node = \"worker 1\", factor = 3, from = \"0s\", until = \"2s\" }";
+constexpr std::array<std::string_view, 3> kCrashKeys{"node", "at", "iteration"};
+constexpr std::string_view kCrashExample = "{ node = \"worker 1\", at = \"2s\" }";
 constexpr std::array<std::string_view, 3> kMessageClasses{"all", "control", "data"};
+constexpr std::array<std::string_view, 2> kWorkerLossPolicies{"fail", "continue"};
 
 PartitionFault read_partition(const Value& v) {
   const FaultEntry e(v, kPartitionKeys, kPartitionExample);
@@ -766,6 +769,31 @@ std::string write_slow(const SlowFault& s) {
                      ", from = " + duration_text(s.from_s);
   if (std::isfinite(s.until_s)) text += ", until = " + duration_text(s.until_s);
   return text;
+}
+
+CrashFault read_crash(const Value& v) {
+  const FaultEntry e(v, kCrashKeys, kCrashExample);
+  CrashFault crash;
+  if (e.get("node") == nullptr) v.fail("needs node = \"worker 1\" (a node name as in results.json)");
+  crash.node = StringCodec{}.read(e.member("node"));
+  const bool at = e.get("at") != nullptr, iteration = e.get("iteration") != nullptr;
+  if (at == iteration)
+    v.fail(
+        "needs exactly one of at = \"2s\" (a simulated time) or iteration = 3 (a worker, as it starts it)");
+  if (at) crash.at_s = e.duration("at", std::nullopt);
+  if (iteration) {
+    const auto value = e.member("iteration");
+    const auto* integer = value.node.as_integer();
+    if (integer == nullptr || integer->get() < 0 ||
+        integer->get() > std::numeric_limits<std::uint32_t>::max())
+      value.fail("expected an iteration number, 0 or more, e.g. 3");
+    crash.iteration = static_cast<std::uint32_t>(integer->get());
+  }
+  return crash;
+}
+std::string write_crash(const CrashFault& c) {
+  return "node = " + quote_string(c.node) +
+         (c.at_s ? ", at = " + duration_text(*c.at_s) : ", iteration = " + std::to_string(*c.iteration));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -902,6 +930,12 @@ std::vector<Field> make_registry() {
                          "With ps.resend: resend a message not acknowledged this long after it was sent, "
                          "and again every as long; a message unacknowledged for ps.heartbeat_timeout fails "
                          "the run."));
+  f.push_back(make_field(
+      "ps.on_worker_loss", PSTWIN_MEMBER(ps.on_worker_loss), ChoiceCodec{kWorkerLossPolicies},
+      "When the scheduler declares a worker dead (silent for ps.heartbeat_timeout): \"fail\" ends the job "
+      "naming it; \"continue\" goes on with the survivors: open and later rounds complete with their "
+      "pushes (the mean over them), what the lost worker pushed before counts once. A lost server or "
+      "scheduler always fails the job."));
   // Load balancing (FPT's LBScheduler): ps.balancing and [lb]
   f.push_back(make_field("ps.balancing", PSTWIN_MEMBER(lb.balancing), EnumCodec<Balancing>{kBalancingNames},
                          "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "
@@ -1215,6 +1249,12 @@ std::vector<Field> make_registry() {
                  fault_list<SlowFault>("{ node, factor, from, until }", kSlowExample, read_slow, write_slow),
                  "Slow nodes: the node's executor tasks (compute, engine, copy, push) that start in "
                  "[from, until) take factor x as long; until absent: to the end."));
+  f.push_back(make_field(
+      "faults.crashes", PSTWIN_MEMBER(faults.crashes),
+      fault_list<CrashFault>("{ node, at | iteration }", kCrashExample, read_crash, write_crash),
+      "Node crashes (the simulator): the node stops dead at simulated time `at`, or a worker as it would "
+      "start iteration `iteration`; it handles and sends nothing more. The scheduler declares it dead after "
+      "ps.heartbeat_timeout; ps.on_worker_loss says what a job does then."));
   return f;
 }
 
@@ -1712,6 +1752,17 @@ class Validator {
 
   void check_faults() const {
     const auto& f = s_.faults;
+    if (s_.ps.continues_on_worker_loss() && s_.roles.validators > 0)
+      fail("ps.on_worker_loss", "\"continue\" is not supported with validators (roles.validators = " +
+                                    std::to_string(s_.roles.validators) +
+                                    "): a lost worker's validator would wait for it; use \"fail\"");
+    if (s_.ps.continues_on_worker_loss() && s_.lb.worker_aggregators)
+      fail("ps.on_worker_loss",
+           "\"continue\" is not supported with lb.worker_aggregators = true (a lost "
+           "worker takes its keys with it); use \"fail\"");
+    if (s_.ps.continues_on_worker_loss() && s_.roles.workers < 2)
+      fail("ps.on_worker_loss", "\"continue\" needs at least 2 workers (roles.workers = " +
+                                    std::to_string(s_.roles.workers) + "); use \"fail\"");
     auto entry = [](std::size_t i) { return "entry " + std::to_string(i) + ": "; };
     for (std::size_t i = 0; i < f.partitions.size(); ++i) {
       check_side("faults.partitions", entry(i), f.partitions[i].side);
@@ -1723,6 +1774,12 @@ class Validator {
       check_node("faults.slow", entry(i), f.slow[i].node);
       check_window("faults.slow", entry(i), f.slow[i].from_s, f.slow[i].until_s,
                    "swap them, or leave until out to slow it to the end");
+    }
+    for (std::size_t i = 0; i < f.crashes.size(); ++i) {
+      check_node("faults.crashes", entry(i), f.crashes[i].node);
+      if (f.crashes[i].iteration && f.crashes[i].node.rfind("worker ", 0) != 0)
+        fail("faults.crashes", entry(i) + "iteration applies to workers only (\"" + f.crashes[i].node +
+                                   "\" has none); give at = \"2s\" instead");
     }
     if (s_.resend_enabled() && s_.ps.resend_timeout_s >= s_.ps.heartbeat_timeout_s)
       fail("ps.resend_timeout", "must be below " + at("ps.heartbeat_timeout", false) +

@@ -73,6 +73,10 @@ struct PsConfig {
   // Acknowledge and resend (docs/FAULTS.md); unset: on when a fault may drop or double messages.
   std::optional<bool> resend;
   double resend_timeout_s = 1.0;  // ps-lite's PS_RESEND_TIMEOUT default
+  // What a sync or async job does when the scheduler declares a worker dead: "fail" the job, or
+  // "continue" with the survivors (later rounds complete with their pushes).
+  std::string on_worker_loss = "fail";
+  bool continues_on_worker_loss() const { return on_worker_loss == "continue"; }
   int max_staleness = 0;  // async: refuse a push more than this many key versions behind; 0 = unbounded
 };
 
@@ -259,6 +263,15 @@ struct SlowFault {
   friend bool operator==(const SlowFault&, const SlowFault&) = default;
 };
 
+// The node stops dead (kill -9) at a simulated time, or (a worker) as it starts an iteration: it
+// handles, sends and answers nothing more.
+struct CrashFault {
+  std::string node;
+  std::optional<double> at_s;              // a time ...
+  std::optional<std::uint32_t> iteration;  // ... or, for a worker, the iteration it would start
+  friend bool operator==(const CrashFault&, const CrashFault&) = default;
+};
+
 struct FaultsConfig {
   double scheduler_start_delay_s = 0;  // start the scheduler late (tests the connect timeout)
   double loss = 0;                     // probability that a message is lost, in [0, 1)
@@ -267,10 +280,11 @@ struct FaultsConfig {
   std::vector<PartitionFault> partitions;
   std::vector<ClogFault> clogs;
   std::vector<SlowFault> slow;
+  std::vector<CrashFault> crashes;
 
   // Whether any fault may drop or double a message (the default of ps.resend).
   bool drops_or_doubles() const { return loss > 0 || duplicate > 0 || !partitions.empty(); }
-  bool any() const { return drops_or_doubles() || !clogs.empty() || !slow.empty(); }
+  bool any() const { return drops_or_doubles() || !clogs.empty() || !slow.empty() || !crashes.empty(); }
 };
 
 struct Scenario {
