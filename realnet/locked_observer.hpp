@@ -41,6 +41,10 @@ class LockedObserver final : public RunObserver {
     std::lock_guard lock(mutex_);
     target_.iteration_done(worker, iteration, start, end);
   }
+  void late_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    std::lock_guard lock(mutex_);
+    target_.late_push(server, worker, key, iteration);
+  }
   void worker_lost(int worker, Seconds at) override {
     std::lock_guard lock(mutex_);
     target_.worker_lost(worker, at);

@@ -117,6 +117,33 @@ TEST(WorkerLoss, TrainingGoesOnWithTheSurvivorsSyncAndAsyncWithResend) {
   }
 }
 
+// ps.backup_workers: a straggler (worker 2, 8x slower) costs a sync job little when rounds complete with
+// the first workers - 1 pushes; its late pushes are dropped, counted, and no invariant is broken.
+TEST(BackupWorkers, AStragglerCostsLittleAndItsLatePushesAreCountedNotApplied) {
+  const std::string straggler = R"(faults.slow=[{node = "worker 2", factor = 8}])";
+  for (const std::string push_pull : {"separate", "fused"}) {
+    SCOPED_TRACE(push_pull);
+    const auto waited =
+        simulate("backup-none-" + push_pull, kQuickstart, {straggler, "ps.push_pull=" + push_pull});
+    const auto backed = simulate("backup-one-" + push_pull, kQuickstart,
+                                 {straggler, "ps.push_pull=" + push_pull, "ps.backup_workers=1"});
+    ASSERT_EQ(backed.exit_code, 0) << backed.output;
+    EXPECT_TRUE(backed.results["completed"].get<bool>()) << backed.results["failure"];
+    EXPECT_EQ(backed.results["invariants"]["violation_count"], 0)
+        << backed.results["invariants"]["violations"].dump();
+    EXPECT_GT(backed.results["late_pushes"].get<int>(), 0);
+    EXPECT_FALSE(waited.results.contains("late_pushes"));
+    // The job is done when all but the straggler are: it no longer waits for its pushes or its end.
+    EXPECT_LT(backed.results["run_time_s"].get<double>(), 0.5 * waited.results["run_time_s"].get<double>());
+  }
+  const auto trained = simulate("backup-mlp", "scenarios/mlp_quick.toml",
+                                {R"(faults.slow=[{node = "worker 1", factor = 10}])", "ps.backup_workers=1"});
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_EQ(trained.results["invariants"]["violation_count"], 0);
+  EXPECT_GT(trained.results["late_pushes"].get<int>(), 0);
+  EXPECT_GT(trained.results["accuracy"]["final"].get<double>(), 0.5);
+}
+
 TEST(WorkerLoss, BadCrashFieldsAreRefusedNamingFieldValueAndFix) {
   const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>> cases = {
       {{{"faults.crashes", R"([{node = "worker 9", at = "1s"}])"}}, "node \"worker 9\" does not exist"},
@@ -127,6 +154,8 @@ TEST(WorkerLoss, BadCrashFieldsAreRefusedNamingFieldValueAndFix) {
       {{{"faults.crashes", R"([{node = "worker 1", when = "1s"}])"}}, "unknown key"},
       {{{"ps.on_worker_loss", "skip"}}, "expected one of \"fail\", \"continue\""},
       {{{"ps.on_worker_loss", "continue"}, {"roles.workers", "1"}}, "needs at least 2 workers"},
+      {{{"ps.backup_workers", "4"}}, "must be below roles.workers = 4"},
+      {{{"ps.mode", "async"}, {"ps.backup_workers", "1"}}, "applies to sync rounds"},
   };
   for (const auto& [sets, expected] : cases) {
     std::string error = "no error";

@@ -115,6 +115,27 @@ void Aggregator::sync_push(Message message) {
       reply(message);
       return;
     }
+  } else if (scenario_.ps.backup_workers > 0 &&
+             std::ranges::find(round.contributors, rank) == round.contributors.end() &&
+             (round.complete ||
+              static_cast<int>(round.contributors.size()) >= expected_inputs(key, round, iteration))) {
+    // A backup worker's push after the round has the pushes it completes with: not applied, answered
+    // as usual (a fused one with the aggregate, once there is one).
+    if (std::ranges::find(round.late, rank) != round.late.end()) {
+      observer_.duplicate_push(rt_.self(), rank, key, iteration);
+      if (message.header.command != Command::kPushPull) reply(message);  // a fused one was answered once
+      return;
+    } else {
+      round.late.push_back(rank);
+      observer_.late_push(rt_.self(), rank, key, iteration);
+    }
+    if (message.header.command != Command::kPushPull)
+      reply(message);
+    else if (round.complete)
+      answer_sync_pull(message, round, key, iteration);
+    else
+      round.waiting_pulls.push_back(std::move(message));
+    return;
   } else if (repeated) {
     observer_.duplicate_push(rt_.self(), rank, key, iteration);
     // A fused request's one reply is the aggregate, owed to the first push; a second would leave the
@@ -139,9 +160,7 @@ void Aggregator::sync_push(Message message) {
     // round and snapshots the aggregate the round's pulls return.
     if (static_cast<int>(round.contributors.size()) == expected) {
       round.applying = true;
-      for (int lost : lost_)
-        if (std::ranges::find(round.contributors, lost) == round.contributors.end())
-          round.lost.push_back(lost);
+      mark_absent(key, round, iteration);
       work = [this, &state, &round, key, iteration] { rule_.apply_round(key, state, round, iteration); };
     }
   }
@@ -173,7 +192,16 @@ int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint
     if (plan_.pushes(lost, iteration, tensor) &&
         std::ranges::find(round.contributors, lost) == round.contributors.end())
       --expected;
-  return expected;
+  // ps.backup_workers: the first pushes complete the round, at least one.
+  return std::max(std::min(expected, 1), expected - scenario_.ps.backup_workers);
+}
+
+void Aggregator::mark_absent(std::uint64_t key, Round& round, std::uint32_t iteration) const {
+  const int tensor = workload_.partition(key).tensor;
+  for (int w = 0; w < workload_.workers(); ++w)
+    if (plan_.pushes(w, iteration, tensor) &&
+        std::ranges::find(round.contributors, w) == round.contributors.end())
+      round.absent.push_back(w);
 }
 
 void Aggregator::close_if_complete(std::uint64_t key, KeyState& state, Round& round,
@@ -260,8 +288,7 @@ void Aggregator::apply_whole_round(std::uint64_t key, KeyState& state, Round& ro
                                    std::uint32_t iteration) {
   round.applying = true;
   round.applied_whole = true;
-  for (int lost : lost_)
-    if (std::ranges::find(round.contributors, lost) == round.contributors.end()) round.lost.push_back(lost);
+  mark_absent(key, round, iteration);
   round.inputs.resize(static_cast<std::size_t>(workload_.workers()));
   auto work = [this, &state, &round, key, iteration] { rule_.apply_round(key, state, round, iteration); };
   auto done = [this, &round, key, iteration] { complete_round(key, round, iteration); };

@@ -70,6 +70,8 @@ class Aggregator {
   // The inputs a sync round waits for: the pushes the plan calls for, less those of workers lost
   // before they pushed to it.
   int expected_inputs(std::uint64_t key, const Round& round, std::uint32_t iteration) const;
+  // Records the workers the round is applied without (lost before pushing, or late backups).
+  void mark_absent(std::uint64_t key, Round& round, std::uint32_t iteration) const;
   // Completes the round if every expected input is applied (applying it first when the rule applies
   // whole rounds and no input's task did, as after a loss).
   void close_if_complete(std::uint64_t key, KeyState& state, Round& round, std::uint32_t iteration);

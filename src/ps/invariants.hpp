@@ -57,6 +57,7 @@ class InvariantChecker final : public RunObserver {
   void request_routed(NodeId receiver, NodeId sender, std::uint64_t key, std::uint32_t iteration) override;
   void tag_checked(NodeId node, bool ok, const std::string& why) override;
   void worker_lost(int worker, Seconds at) override;
+  void late_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override;
 
   // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
   void finish(bool run_completed);
@@ -85,6 +86,8 @@ class InvariantChecker final : public RunObserver {
 
   std::set<std::tuple<std::uint64_t, std::uint32_t, int>> applied_;  // (key, iteration, worker)
   std::set<int> lost_;  // ps.on_worker_loss = "continue": workers declared lost
+  std::set<std::tuple<std::uint64_t, std::uint32_t, int>>
+      late_;  // ps.backup_workers: (key, iteration, worker)
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<int, std::string>> first_pull_digest_;
   std::map<std::uint32_t, LbDecision> decisions_;  // routing: by iteration, as first reported
 };

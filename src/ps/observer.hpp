@@ -23,6 +23,9 @@ class RunObserver {
                             std::uint32_t /*iteration*/) {}
   virtual void duplicate_push(NodeId /*server*/, int /*worker_rank*/, std::uint64_t /*key*/,
                               std::uint32_t /*iteration*/) {}
+  // ps.backup_workers: a push that came after its round completed; acknowledged, never applied.
+  virtual void late_push(NodeId /*server*/, int /*worker_rank*/, std::uint64_t /*key*/,
+                         std::uint32_t /*iteration*/) {}
   // Sync mode: the aggregate of one key and iteration is complete (all workers' pushes summed).
   virtual void aggregate_complete(NodeId /*server*/, std::uint64_t /*key*/, std::uint32_t /*iteration*/,
                                   const Payload& /*aggregate*/) {}
@@ -71,6 +74,9 @@ class ObserverFanout final : public RunObserver {
   }
   void duplicate_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
     for (auto* t : targets_) t->duplicate_push(server, worker, key, iteration);
+  }
+  void late_push(NodeId server, int worker, std::uint64_t key, std::uint32_t iteration) override {
+    for (auto* t : targets_) t->late_push(server, worker, key, iteration);
   }
   void aggregate_complete(NodeId server, std::uint64_t key, std::uint32_t iteration,
                           const Payload& agg) override {

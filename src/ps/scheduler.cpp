@@ -108,7 +108,10 @@ void Scheduler::on_message(Message message) {
 }
 
 void Scheduler::maybe_shut_down() {
-  if (shutting_down_ || static_cast<int>(workers_done_.size()) < live_workers()) return;
+  // ps.backup_workers = b: the job is done when all but b workers are; the stragglers need not finish.
+  if (shutting_down_ ||
+      static_cast<int>(workers_done_.size()) < std::max(1, live_workers() - scenario_.ps.backup_workers))
+    return;
   shutting_down_ = true;
   std::vector<NodeId> everyone;
   for (const auto& info : table_)

@@ -105,7 +105,7 @@ void SgdRule::apply_round(std::uint64_t key, KeyState& state, Round& round, std:
     if (gradient && gradient->size() == update.size() * sizeof(float))
       spans.push_back(gradient->floats());
     else if (!gradient && plan_.participates(static_cast<int>(w), iteration) &&
-             std::ranges::find(round.lost, static_cast<int>(w)) == round.lost.end())
+             std::ranges::find(round.absent, static_cast<int>(w)) == round.absent.end())
       spans.emplace_back(zeros);
   }
   combiner_.combine(key, spans, update);

@@ -36,8 +36,9 @@ struct Round {
   bool phantom = false;
   std::vector<int> contributors;                 // ranks (workers, or validators) whose input this round took
   std::vector<int> forwarded;                    // ValidatedRule: worker ranks whose push went to a validator
+  std::vector<int> late;                         // ps.backup_workers: ranks whose push came after completion
   std::vector<std::shared_ptr<Payload>> inputs;  // rules that apply whole rounds: by contributor rank
-  std::vector<int> lost;  // ps.on_worker_loss = "continue": workers lost before they pushed (not counted)
+  std::vector<int> absent;      // workers whose push the round was applied without (lost, or late backups)
   std::vector<bool> pulled_by;  // ... which workers' pulls were answered (freeing the round needs all live)
   int inputs_applied = 0;
   std::vector<Message> waiting_pulls;

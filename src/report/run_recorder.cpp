@@ -78,6 +78,7 @@ void RunRecorder::lb_report(NodeId from, const LbReport& report) {
 }
 
 void RunRecorder::fill(RunReport& report) const {
+  if (scenario_.ps.backup_workers > 0) report.late_pushes = late_pushes_;
   report.iterations.clear();
   for (const auto& [iteration, seconds] : slowest_)
     report.iterations.push_back({static_cast<int>(iteration), seconds});

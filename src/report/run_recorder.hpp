@@ -24,6 +24,7 @@ class RunRecorder final : public RunObserver {
   void final_store(NodeId server, std::uint64_t key, const Payload& store) override;
   void lb_decision(NodeId node, const LbDecision& decision) override;
   void lb_report(NodeId from, const LbReport& report) override;
+  void late_push(NodeId, int, std::uint64_t, std::uint32_t) override { ++late_pushes_; }
 
   // Fills iterations, nodes and model_digest.
   void fill(RunReport& report) const;
@@ -35,6 +36,7 @@ class RunRecorder final : public RunObserver {
   std::map<std::uint32_t, double> slowest_;            // iteration -> slowest worker's duration
   std::map<std::uint64_t, std::string> final_digest_;  // key -> digest of its final value
   std::optional<BalancingReport> balancing_;           // lb: the scheduler's decisions, servers' rates
+  std::uint64_t late_pushes_ = 0;                      // ps.backup_workers
 };
 
 // Lower bound on one sync iteration's time on a star topology (see docs/ARCHITECTURE.md, "Bounds"),

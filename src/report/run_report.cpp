@@ -108,6 +108,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["model_digest"] = r.model_digest;
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
   if (r.validation) j["validation"] = validation_json(*r.validation);
+  if (r.late_pushes) j["late_pushes"] = *r.late_pushes;
   if (r.staleness) j["staleness"] = staleness_json(*r.staleness);
   if (r.bound)
     j["bound"] = {
@@ -255,6 +256,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
   if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
+  if (j.contains("late_pushes")) r.late_pushes = j["late_pushes"].get<std::uint64_t>();
   if (j.contains("staleness")) r.staleness = staleness_from_json(j["staleness"]);
   if (j.contains("faults")) r.faults = faults_from_json(j["faults"]);
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
@@ -425,6 +427,7 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
   if (r.validation)
     out << "  validators: " << r.validation->accepted << " of " << r.validation->judged
         << " updates accepted\n";
+  if (r.late_pushes) out << "  backup workers: " << *r.late_pushes << " late pushes dropped\n";
   if (const auto& f = r.faults) {
     out << "  faults injected: loss " << f->lost << ", duplicate " << f->duplicated << ", partition "
         << f->partitioned << ", clog " << f->clogged << " (held " << f->clog_hold_s << " s), slow "

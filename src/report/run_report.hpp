@@ -146,6 +146,7 @@ struct RunReport {
   std::string model_digest;
   std::optional<AccuracyCurve> accuracy;        // mlp runs only
   std::optional<ValidationSummary> validation;  // runs with validators (pstwin run: the validators summed)
+  std::optional<std::uint64_t> late_pushes;     // ps.backup_workers: pushes dropped as late
   std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;

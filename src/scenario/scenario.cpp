@@ -941,6 +941,13 @@ std::vector<Field> make_registry() {
                          "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "
                          "measures each server's bandwidth and gives it a share of every tensor in "
                          "proportion (docs/FPT.md); sync mode only."));
+  f.push_back(make_field(
+      "ps.backup_workers", PSTWIN_MEMBER(ps.backup_workers), IntCodec{0},
+      "Sync backup workers (Chen et al., \"Revisiting distributed synchronous SGD\"): each round completes "
+      "with "
+      "the first roles.workers - b pushes of a key, so b stragglers cost nothing; a late push is dropped, "
+      "acknowledged (a fused one answered with the aggregate) and counted in results.json `late_pushes`. 0: "
+      "every push."));
   f.push_back(make_field("ps.max_staleness", PSTWIN_MEMBER(ps.max_staleness), IntCodec{0},
                          "Async bounded staleness: a server refuses (acknowledges, never applies) a push "
                          "whose key had more than this many updates applied since the worker last pulled it; "
@@ -1678,6 +1685,18 @@ class Validator {
            "is a sync-round mode (async pushes are not grouped into rounds): set ps.mode = \"sync\"");
     if (planned && (s_.workload.layerwise || s_.lb.balancing == Balancing::kLb))
       fail(planned_field, "is not supported with workload.layerwise or ps.balancing = \"lb\" yet");
+    if (s_.ps.backup_workers > 0) {
+      if (s_.ps.mode != TrainingMode::kSync)
+        fail("ps.backup_workers", "applies to sync rounds; async applies every push as it comes: set 0");
+      if (s_.ps.backup_workers >= s_.roles.workers)
+        fail("ps.backup_workers", "must be below roles.workers = " + std::to_string(s_.roles.workers) +
+                                      " (a round needs at least one push); lower it");
+      if (s_.roles.validators > 0 || s_.lb.worker_aggregators || s_.train.participation < 1 ||
+          s_.train.drop_rate > 0)
+        fail("ps.backup_workers",
+             "is not supported with validators, lb.worker_aggregators, train.participation "
+             "or train.drop_rate (their rounds already decide who pushes); set 0");
+    }
     if (s_.ps.max_staleness > 0 && s_.ps.mode != TrainingMode::kAsync)
       fail("ps.max_staleness", "bounds async staleness; sync rounds have none: set ps.mode = \"async\" or 0");
     if (s_.ps.max_staleness > 0 && !mlp)

@@ -77,7 +77,8 @@ struct PsConfig {
   // "continue" with the survivors (later rounds complete with their pushes).
   std::string on_worker_loss = "fail";
   bool continues_on_worker_loss() const { return on_worker_loss == "continue"; }
-  int max_staleness = 0;  // async: refuse a push more than this many key versions behind; 0 = unbounded
+  int max_staleness = 0;   // async: refuse a push more than this many key versions behind; 0 = unbounded
+  int backup_workers = 0;  // sync: a round completes with the first workers - b pushes; late ones are dropped
 };
 
 struct WorkloadConfig {
