@@ -254,7 +254,8 @@ void SimExecutor::run_lane(Lane& lane) {
     if (jitter > 0) s4u::this_actor::sleep_for(node_.random("executor.jitter").uniform(0, jitter));
     const Seconds start = s4u::Engine::get_clock();
     if (task.cost.flops > 0) s4u::this_actor::execute(task.cost.flops);
-    if (task.cost.seconds > 0) s4u::this_actor::sleep_for(task.cost.seconds);
+    if (task.cost.seconds + task.cost.device_seconds > 0)
+      s4u::this_actor::sleep_for(task.cost.seconds + task.cost.device_seconds);
     if (task.work) task.work();
     node_.trace_lane(lane.name, name_, task.label, start, s4u::Engine::get_clock());
     node_.post(std::move(task.done));
