@@ -575,7 +575,10 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       // Exit status 1 with a completed report is a node that saw violations: the job goes on.
       const auto part = read_part((dir / (child->name() + ".json")).string());
       if (code == 1 && part && part->completed) continue;
-      failure = child->name() + " failed with exit status " + std::to_string(code) + " (see " +
+      // Its own words name the node at fault: the scheduler that exits first on a heartbeat timeout
+      // names the silent node, a node the scheduler ended names the one that failed.
+      failure = child->name() + " failed with exit status " + std::to_string(code) +
+                (part && !part->failure.empty() ? ": " + part->failure : "") + " (see " +
                 (dir / (child->name() + ".log")).string() + ")";
       log(failure + ": stopping every node");
     }

@@ -37,11 +37,11 @@ RunReport merge_parts(const Scenario& scenario, const std::vector<NodePart>& par
                       const std::string& failure);
 
 struct JobRunOptions {
-  std::string binary;             // the pstwin executable to spawn ("" = /proc/self/exe)
-  std::string scenario_path;      // passed to every node as --scenario
-  std::vector<std::string> sets;  // FIELD=VALUE, passed to every node as --set
+  std::string binary;                 // the pstwin executable to spawn ("" = /proc/self/exe)
+  std::string scenario_path;          // passed to every node as --scenario
+  std::vector<std::string> sets;      // FIELD=VALUE, passed to every node as --set
   std::optional<std::uint64_t> seed;  // `pstwin run --seed`: every node's scenario seed (and the replay's)
-  std::string parts_dir;          // <role><rank>.json and <role><rank>.log go here
+  std::string parts_dir;              // <role><rank>.json and <role><rank>.log go here
   bool netns = false;   // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
   Van van = Van::kZmq;  // every node's transport (DMLC_PS_VAN_TYPE)
   std::function<void(const std::string&)> log;  // progress lines; null: none

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cuda/cuda_tensors.hpp"
+#include "ps/resend.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
 #include "report/run_observers.hpp"
@@ -27,15 +28,21 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     const int pid = static_cast<int>(nodes.size());
     nodes.push_back(make_node_runtime(options.van, host,
                                       NodeRuntimeOptions{std::move(label), pid, sc.seed, "127.0.0.1:*", 0}));
+    nodes.back()->inject_faults(sc);
     return *nodes.back();
   };
   auto& scheduler = add("scheduler");
-  scheduler.attach(roles.make(Role::kScheduler, 0, NodeContext{scheduler, sc, observer, ""}));
+  // With ps.resend each protocol node sits behind a Resender (ps/resend.hpp), as in the simulator.
+  scheduler.attach(with_resend(scheduler, sc, "scheduler", [&](Runtime& rt) {
+    return roles.make(Role::kScheduler, 0, NodeContext{rt, sc, observer, ""});
+  }));
   const std::string scheduler_address = scheduler.local_address();
   auto add_role = [&](Role role, int count) {
     for (int r = 0; r < count; ++r) {
       auto& node = add(std::string(role_name(role)) + " " + std::to_string(r));
-      node.attach(roles.make(role, r, NodeContext{node, sc, observer, scheduler_address}));
+      node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
+        return roles.make(role, r, NodeContext{rt, sc, observer, scheduler_address});
+      }));
     }
   };
   add_role(Role::kServer, sc.roles.servers);
@@ -72,6 +79,18 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     report.failure =
         "wall-clock timeout of " + std::to_string(timeout_s) + " s before every node stopped:" + stuck.str();
   const Seconds run_time = host.failed() || host.last_stop() > 0 ? host.last_stop() : end;
+  if (sc.faults.any() || sc.resend_enabled()) {
+    FaultCounts counts;
+    counts.resend_enabled = sc.resend_enabled();
+    for (const auto& node : nodes) {
+      const auto& injected = node->fault_counts();
+      counts.lost += injected.lost;
+      counts.duplicated += injected.duplicated;
+      if (counts.first_drop.empty()) counts.first_drop = injected.first_drop;
+      add_resend_counts(node->protocol(), counts);
+    }
+    report.faults = counts;
+  }
   nodes.clear();  // joins every thread: nothing reports to the observers any more
 
   observers.finish_run(report);

@@ -75,6 +75,20 @@ void LocalHost::fail(const std::string& who, const std::string& text) {
   changed_.notify_all();
 }
 
+void LocalHost::fail_configuration(const std::string& who, const std::string& text) {
+  std::lock_guard lock(mutex_);
+  if (failure_.empty()) {
+    failure_ = who + ": " + text;
+    configuration_failure_ = true;
+  }
+  changed_.notify_all();
+}
+
+bool LocalHost::configuration_failure() const {
+  std::lock_guard lock(mutex_);
+  return configuration_failure_;
+}
+
 double LocalHost::epoch_s() const {
   return std::chrono::duration<double>(epoch_.time_since_epoch()).count();
 }
@@ -297,14 +311,41 @@ void LoopRuntime::run_loop() {
   }
 }
 
-void LoopRuntime::post(std::function<void()> event) {
-  if (!event) return;
+bool LoopRuntime::post(std::function<void()> event) {
+  if (!event) return true;
   {
     std::lock_guard lock(mutex_);
-    if (halt_.load()) return;  // the loop is gone; nothing will run it
+    if (halt_.load()) return false;  // the loop is gone; nothing will run it
     events_.push_back(std::move(event));
   }
   if (!on_loop()) wake_loop();  // the loop itself looks at the queue before it sleeps
+  return true;
+}
+
+void LoopRuntime::inject_faults(const Scenario& scenario) {
+  if (scenario.faults.loss > 0 || scenario.faults.duplicate > 0) faults_.emplace(scenario);
+}
+
+void LoopRuntime::deliver(Message message) {
+  // The receiving node draws (its own "faults.loss" and "faults.duplicate" streams): a real sender
+  // cannot know what the network did to its message. Addresses, hence numbers, differ between runs.
+  if (faults_) {
+    const auto fate = faults_->fate(
+        message.header, [this](std::string_view purpose) -> RandomStream& { return random(purpose); });
+    if (fate == FaultPlan::Fate::kLose) {
+      if (fault_counts_.first_drop.empty())
+        fault_counts_.first_drop =
+            describe_drop(message.header, "node " + std::to_string(message.header.sender), options_.label,
+                          now(), "faults.loss");
+      ++fault_counts_.lost;
+      return;
+    }
+    if (fate == FaultPlan::Fate::kDuplicate) {
+      ++fault_counts_.duplicated;
+      protocol_->on_message(message);
+    }
+  }
+  protocol_->on_message(std::move(message));
 }
 
 void LoopRuntime::connect(NodeId id, std::string_view address) {
@@ -321,13 +362,25 @@ void LoopRuntime::send(Message message) {
     post([this, message = std::move(message)]() mutable { send(std::move(message)); });
     return;
   }
+  message.header.sequence = next_sequence_++;
+  send_numbered(std::move(message));
+}
+
+std::uint64_t LoopRuntime::next_sequence() {
+  return next_sequence_++;  // on the loop, as the resend layer is
+}
+
+void LoopRuntime::send_numbered(Message message) {
+  if (!on_loop()) {
+    post([this, message = std::move(message)]() mutable { send_numbered(std::move(message)); });
+    return;
+  }
   const NodeId to = message.header.recipient;
   if (!peers_.contains(to)) {
     fail(options_.label + " has no connection to node " + std::to_string(to) + " (no address known for it)");
     return;
   }
   message.header.sender = self_;
-  message.header.sequence = next_sequence_++;
   queue(std::move(message));
 }
 
@@ -393,7 +446,28 @@ void LoopRuntime::stop() {
 }
 
 void LoopRuntime::fail(std::string text) {
-  host_.fail(options_.label, text);
+  fail_on_loop(std::move(text), false);
+}
+
+void LoopRuntime::fail_configuration(std::string text) {
+  fail_on_loop(std::move(text), true);
+}
+
+void LoopRuntime::fail_on_loop(std::string text, bool configuration) {
+  if (!on_loop() && protocol_) {
+    // The protocol's state is the loop's: its last word is said there, sent by the loop's last flush.
+    // A loop that is already ending takes no event: the failure is recorded from here.
+    auto last_word = [this, text, configuration]() mutable { fail_on_loop(std::move(text), configuration); };
+    if (post(std::move(last_word))) return;
+  }
+  if (on_loop() && protocol_ && !failing_ && !halt_.load()) {
+    failing_ = true;  // a failure while saying the last word must not say it again
+    protocol_->on_failing(text);
+  }
+  if (configuration)
+    host_.fail_configuration(options_.label, text);
+  else
+    host_.fail(options_.label, text);
   mark_stopped();
 }
 

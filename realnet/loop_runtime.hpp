@@ -24,6 +24,7 @@
 
 #include "core/runtime.hpp"
 #include "core/timer_queue.hpp"
+#include "ps/faults.hpp"
 #include "report/run_report.hpp"
 
 namespace pstwin::realnet {
@@ -62,6 +63,9 @@ class LocalHost {
 
   void node_stopped();
   void fail(const std::string& who, const std::string& text);
+  // fail() for a node whose configuration does not fit the job: `pstwin node` exits 2.
+  void fail_configuration(const std::string& who, const std::string& text);
+  bool configuration_failure() const;
   // Waits until `nodes` nodes stopped, a node failed, or `deadline` passed; true if all stopped.
   bool wait_all_stopped(int nodes, std::chrono::steady_clock::time_point deadline);
   bool failed() const;
@@ -83,6 +87,7 @@ class LocalHost {
   int stopped_ = 0;
   Seconds last_stop_ = 0;
   std::string failure_;
+  bool configuration_failure_ = false;  // the first failure was fail_configuration's
   std::vector<TraceSpan> trace_;
   std::uint64_t trace_dropped_ = 0;
   std::uint64_t messages_ = 0;
@@ -158,13 +163,19 @@ class LoopRuntime : public Runtime {
   LoopRuntime& operator=(const LoopRuntime&) = delete;
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
+  const Node* protocol() const { return protocol_.get(); }  // after halt()
+  // [faults] loss and duplication, applied to what this node receives (before start()). Partitions,
+  // clogs and slow nodes are the simulator's only (docs/FAULTS.md).
+  void inject_faults(const Scenario& scenario);
+  const FaultCounts& fault_counts() const { return fault_counts_; }  // after halt()
   void start();  // starts the event loop, which runs Node::start() first
   // Ends the event loop and joins it (idempotent); afterwards protocol state may be read here.
   void halt();
   bool stopped() const { return stopped_flag_.load(); }
   std::string describe() const;  // call only after halt()
   const std::string& label() const { return options_.label; }
-  void post(std::function<void()> event);  // run on the event loop; any thread
+  // Runs `event` on the event loop; any thread. False (and dropped) once the loop is ending.
+  bool post(std::function<void()> event);
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
                   Seconds end, std::optional<TraceMessage> message = std::nullopt);
 
@@ -175,6 +186,8 @@ class LoopRuntime : public Runtime {
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
+  std::uint64_t next_sequence() override;
+  void send_numbered(Message message) override;
   Seconds now() const override { return host_.now(); }
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;
@@ -184,7 +197,10 @@ class LoopRuntime : public Runtime {
   void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
   void log(std::string_view text) override;
   void stop() override;
+  // Gives the protocol its last word first (Node::on_failing: a node tells the scheduler, the
+  // scheduler every node), on the event loop; from another thread the failure is posted there.
   void fail(std::string text) override;
+  void fail_configuration(std::string text) override;
 
  protected:
   LoopRuntime(LocalHost& host, Options options);
@@ -194,8 +210,8 @@ class LoopRuntime : public Runtime {
   // The bound address, set by the subclass's constructor.
   void set_address(std::string address) { address_ = std::move(address); }
   bool halting() const { return halt_.load(); }
-  // Hands a received message to the protocol (event loop only).
-  void deliver(Message message) { protocol_->on_message(std::move(message)); }
+  // Hands a received message to the protocol (event loop only), through faults.loss and duplicate.
+  void deliver(Message message);
   static std::string span_name(const MessageHeader& header);
   static TraceMessage trace_message(const Message& message);  // a send or receive span's args
 
@@ -213,6 +229,8 @@ class LoopRuntime : public Runtime {
  private:
   void run_loop();
   void mark_stopped();
+  // The protocol's last word on the loop, once; then the failure is recorded and the loop ends.
+  void fail_on_loop(std::string text, bool configuration);
   bool on_loop() const { return std::this_thread::get_id() == loop_id_.load(); }
   void wake_loop();
 
@@ -220,6 +238,8 @@ class LoopRuntime : public Runtime {
   std::string address_;
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
+  std::optional<FaultPlan> faults_;  // loss or duplication configured
+  FaultCounts fault_counts_;         // event loop only
 
   // Event loop state, guarded by mutex_: posted events run FIFO, then received messages, then due
   // timers in (deadline, id) order, then the events those posted, then queued sends go out.
@@ -233,6 +253,7 @@ class LoopRuntime : public Runtime {
 
   // Touched only on the event loop thread (the protocol's calls).
   std::uint64_t next_sequence_ = 1;
+  bool failing_ = false;  // on_failing was called
   std::map<NodeId, std::string> peers_;
   std::map<std::string, RandomStream, std::less<>> randoms_;
 

@@ -19,6 +19,7 @@
 #include "ps/balance.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
+#include "ps/resend.hpp"
 #include "ps/round_plan.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
@@ -36,6 +37,8 @@ namespace {
 
 // How late a node notices SIGINT or SIGTERM while it waits for its protocol to end.
 constexpr auto kSignalPoll = std::chrono::milliseconds(50);
+// How long a stopping node's event loop may take to tell its peers before the node stops anyway.
+constexpr auto kLastWordGrace = std::chrono::seconds(1);
 
 // What one node sees of the run: counts for the summary, this server's applied pushes (for a
 // per-server lost-update check), and PS_VERBOSE progress lines. Called under LockedObserver's lock.
@@ -128,6 +131,7 @@ class ReceiveCounter final : public Node {
     inner_->on_message(std::move(message));
   }
   std::string describe_state() const override { return inner_->describe_state(); }
+  void on_failing(std::string_view why) override { inner_->on_failing(why); }
   std::uint64_t bytes() const { return bytes_; }  // read after the event loop has stopped
 
  private:
@@ -271,15 +275,18 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
+  rt.inject_faults(sc);
   // Every host's leftovers of this port that this machine holds (the whole job's, with `pstwin run`).
   if (env.role == Role::kScheduler) sweep_staging_left_behind(job_staging_prefix(env.root_port), label, log);
-  const NodeContext context{rt, sc, observer, env.scheduler_address()};
   if (env.role == Role::kValidator && !training)
     throw NodeEnvError("DMLC_WORKER_TYPE=validator: validators need workload.kind = \"mlp\" in the scenario");
   const int rank = env.role == Role::kWorker      ? env.worker_id
                    : env.role == Role::kValidator ? env.validator_id
                                                   : -1;
-  std::unique_ptr<Node> protocol = roles.make(env.role, rank, context);
+  // With ps.resend the protocol sits behind a Resender (ps/resend.hpp), as in the simulator.
+  std::unique_ptr<Node> protocol = with_resend(rt, sc, label, [&](Runtime& r) {
+    return roles.make(env.role, rank, NodeContext{r, sc, observer, env.scheduler_address()});
+  });
   auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
   const ReceiveCounter& received = *counter;
   rt.attach(std::move(counter));
@@ -295,10 +302,22 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   int interrupted_by = 0;
   while (!stopped && !host.failed() && std::chrono::steady_clock::now() < deadline) {
     stopped = host.wait_all_stopped(1, std::min(deadline, std::chrono::steady_clock::now() + kSignalPoll));
-    if (!stopped && (interrupted_by = stop_signals.take()) != 0)
-      host.fail(label, std::string("interrupted by ") + (interrupted_by == SIGINT ? "SIGINT" : "SIGTERM") +
-                           ": stopped before the job ended");
+    if (!stopped && (interrupted_by = stop_signals.take()) != 0) {
+      // Failed through the loop, so the node tells the scheduler it is leaving and the job's other
+      // nodes end at once, not after ps.heartbeat_timeout. A loop that does not take it soon (it
+      // never blocks that long) is failed from here.
+      const std::string why = std::string("interrupted by ") +
+                              (interrupted_by == SIGINT ? "SIGINT" : "SIGTERM") +
+                              ": stopped before the job ended";
+      rt.fail(why);
+      host.wait_all_stopped(1, std::chrono::steady_clock::now() + kLastWordGrace);
+      if (!host.failed()) host.fail(label, why);
+    }
   }
+  // A stop signal that came while the node was failing for another reason (`pstwin run` stops every
+  // node when one fails, and the scheduler's notice may come first) is taken here: left pending, it
+  // would kill the process when StopSignals restores the mask, before the node writes its report.
+  if (interrupted_by == 0) interrupted_by = stop_signals.take();
   rt.halt();
   const NodeId id = env.role == Role::kScheduler ? kSchedulerId : rt.self();
   const std::string state = rt.describe();
@@ -329,6 +348,9 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   result.details = details.str();
   result.exit_code = completed && checker.violation_count() == 0 ? 0 : 1;
   if (interrupted_by != 0) result.exit_code = 128 + interrupted_by;  // as a shell reports a killed process
+  // Refused at registration (another job's scenario): bad configuration, as a misspelled variable.
+  else if (host.configuration_failure())
+    result.exit_code = 2;
 
   std::ostringstream summary;
   summary << "pstwin node: " << role_name(env.role);
@@ -373,6 +395,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     RunReport recorded;
     balancing->fill(recorded);
     part.balancing = std::move(recorded.balancing);
+  }
+  // The node is ending anyway: a stop signal that came while it wound down (up to its linger time) must
+  // not kill it before its summary and report are out. One after run_node returns still does.
+  while (stop_signals.take() != 0) {
   }
   return result;
 }

@@ -57,7 +57,7 @@ struct NodePart {
 
 struct NodeRunResult {
   int exit_code = 1;    // 0 success, 1 failure or invariant violation, 128 + signal when SIGINT or SIGTERM
-                        // stopped it (bad configuration throws)
+                        // stopped it, 2 when the scheduler refused it (bad configuration otherwise throws)
   std::string summary;  // one line: role, rank, id, iterations, checks, violations
   std::string details;  // the failure and the first violations, one per line; "" when clean
   NodePart part;

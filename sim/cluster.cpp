@@ -61,12 +61,26 @@ void Stream::next() {
   busy_ = true;
   current_ = std::move(queue_.begin()->second);
   queue_.erase(queue_.begin());
+  const Seconds clogged = clog_wait();
   const double jitter = from_.cluster().scenario().perturbation.delivery_jitter_s;
-  if (jitter > 0)
-    from_.cluster().network()->after(from_.random("net.delivery_jitter").uniform(0, jitter),
-                                     [this] { send_current(); });
+  const Seconds delay = clogged + (jitter > 0 ? from_.random("net.delivery_jitter").uniform(0, jitter) : 0);
+  if (delay > 0)
+    from_.cluster().network()->after(delay, [this] { send_current(); });
   else
     send_current();
+}
+
+Seconds Stream::clog_wait() {
+  auto& cluster = from_.cluster();
+  if (cluster.scenario().faults.clogs.empty()) return 0;
+  const Seconds now = s4u::Engine::get_clock();
+  const Seconds release =
+      cluster.faults().clog_release(now, {from_.label(), from_.host_name()}, {to_.label(), to_.host_name()});
+  if (release <= now) return 0;
+  auto& counts = cluster.fault_counts();
+  ++counts.clogged;
+  counts.clog_hold_s += release - now;
+  return release - now;
 }
 
 void Stream::send_current() {
@@ -135,6 +149,7 @@ void Stream::run() {
     while (queue_.empty()) ready_->wait(lock);
     current_ = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
+    if (const Seconds clogged = clog_wait(); clogged > 0) s4u::this_actor::sleep_for(clogged);
     if (jitter > 0) s4u::this_actor::sleep_for(from_.random("net.delivery_jitter").uniform(0, jitter));
     begin();
     transmit(kHeaderBytes + current_.payload.size());
@@ -164,12 +179,35 @@ bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) 
   }
   message.header = decoded;
   const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
-  from_.cluster().account(from_, to_, wire_bytes);
+  auto& cluster = from_.cluster();
+  cluster.account(from_, to_, wire_bytes);
   const Seconds end = s4u::Engine::get_clock();
   const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
   const TraceMessage carried{decoded.key, decoded.iteration, wire_bytes};
   from_.trace_lane(lane_name_, "send", name, start, end, carried);
+  // [faults]: the message crossed the wire; whether the receiver gets it, once or twice, is decided
+  // here, where every network model hands a message over.
+  auto fate = FaultPlan::Fate::kDeliver;
+  if (cluster.faults().any() && decoded.sender != kNoNode) {
+    if (cluster.faults().partitioned(end, {from_.label(), from_.host_name()},
+                                     {to_.label(), to_.host_name()})) {
+      ++cluster.fault_counts().partitioned;
+      cluster.dropped(decoded, from_, to_, "faults.partitions");
+      return true;
+    }
+    fate = cluster.faults().fate(
+        decoded, [this](std::string_view purpose) -> RandomStream& { return from_.random(purpose); });
+    if (fate == FaultPlan::Fate::kLose) {
+      ++cluster.fault_counts().lost;
+      cluster.dropped(decoded, from_, to_, "faults.loss");
+      return true;
+    }
+  }
   to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start, end, carried);
+  if (fate == FaultPlan::Fate::kDuplicate) {
+    ++cluster.fault_counts().duplicated;
+    to_.deliver(message);  // the copy arrives right behind the original, as a retransmission would
+  }
   to_.deliver(std::move(message));
   return true;
 }
@@ -253,6 +291,13 @@ void SimExecutor::run_lane(Lane& lane) {
     lane.tasks.pop_front();
     if (jitter > 0) s4u::this_actor::sleep_for(node_.random("executor.jitter").uniform(0, jitter));
     const Seconds start = s4u::Engine::get_clock();
+    if (const double factor = node_.cluster().faults().slow_factor(start, node_.label());
+        factor != 1 && (task.cost.flops > 0 || task.cost.seconds > 0 || task.cost.device_seconds > 0)) {
+      task.cost.flops *= factor;
+      task.cost.seconds *= factor;
+      task.cost.device_seconds *= factor;
+      ++node_.cluster().fault_counts().slowed;
+    }
     if (task.cost.flops > 0) s4u::this_actor::execute(task.cost.flops);
     if (task.cost.seconds + task.cost.device_seconds > 0)
       s4u::this_actor::sleep_for(task.cost.seconds + task.cost.device_seconds);
@@ -349,6 +394,11 @@ void SimNode::connect(NodeId id, std::string_view address) {
 }
 
 void SimNode::send(Message message) {
+  message.header.sequence = next_sequence();
+  send_numbered(std::move(message));
+}
+
+void SimNode::send_numbered(Message message) {
   const NodeId to = message.header.recipient;
   auto peer = peers_.find(to);
   if (peer == peers_.end()) {
@@ -356,7 +406,6 @@ void SimNode::send(Message message) {
     return;
   }
   message.header.sender = self_;
-  message.header.sequence = next_sequence_++;
   if (pool_ && !fpt::is_control(message)) {
     if (auto error = pool_->enqueue(to, std::move(message))) fail(label_ + ": send pool: " + *error);
     pump();
@@ -471,7 +520,8 @@ std::string SimNode::describe() const {
 
 // ---------------------------------------------------------------- Cluster
 
-Cluster::Cluster(const Scenario& scenario, Platform& platform) : scenario_(scenario), platform_(platform) {
+Cluster::Cluster(const Scenario& scenario, Platform& platform)
+    : scenario_(scenario), platform_(platform), faults_(scenario) {
   if (scenario.sim.network_model == "flow") {
     if (scenario.network.model == "SMPI")
       throw ScenarioError(
@@ -527,6 +577,13 @@ void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t byte
       link_bytes_["rack" + std::to_string(to_rack) + ".down"] += bytes;
     }
   }
+}
+
+void Cluster::dropped(const MessageHeader& header, const SimNode& from, const SimNode& to,
+                      std::string_view why) {
+  if (fault_counts_.first_drop.empty())
+    fault_counts_.first_drop =
+        describe_drop(header, from.label(), to.label(), simgrid::s4u::Engine::get_clock(), why);
 }
 
 void Cluster::record_span(TraceSpan span) {

@@ -22,6 +22,7 @@
 #include "core/timer_queue.hpp"
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
+#include "ps/faults.hpp"
 #include "report/run_report.hpp"
 #include "sim/message_network.hpp"
 #include "sim/platform.hpp"
@@ -64,6 +65,7 @@ class Stream {
   void begin();         // the transport takes `current_`: its bytes are fixed now
   void arrive();        // `current_` reached the peer
   bool deliver(Message message, const HeaderBytes& header, Seconds start);  // to the peer; false: refused
+  Seconds clog_wait();  // faults.clog: how long the message starting now waits (counted)
   // sim.fifo_host "epoll"/"kernel-pacing": seconds from a message's arrival until the receiver's
   // shaping lets it be read (the epoll van's token bucket, fpt::kReaderBurst*), in arrival order.
   double reader_delay(double bytes);
@@ -120,6 +122,7 @@ class SimNode final : public Runtime {
   SimNode(Cluster& cluster, std::string label, std::string address, std::string host);
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
+  const Node* protocol() const { return protocol_.get(); }
   void spawn(Seconds start_delay);
   void deliver(Message message);           // a message arrived from the network
   void post(std::function<void()> event);  // run on this node's event loop
@@ -139,6 +142,8 @@ class SimNode final : public Runtime {
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
+  std::uint64_t next_sequence() override { return next_sequence_++; }
+  void send_numbered(Message message) override;
   void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
   void set_receive_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
   Seconds now() const override;
@@ -224,6 +229,12 @@ class Cluster {
 
   void fill(RunReport& report, Seconds run_time) const;  // links, messages, trace
 
+  // [faults]: what the streams and executors apply, and what they injected.
+  const FaultPlan& faults() const { return faults_; }
+  FaultCounts& fault_counts() { return fault_counts_; }
+  // A fault dropped this message (the first one is named in failures it causes).
+  void dropped(const MessageHeader& header, const SimNode& from, const SimNode& to, std::string_view why);
+
  private:
   const Scenario& scenario_;
   Platform& platform_;
@@ -239,6 +250,8 @@ class Cluster {
   std::string failure_;
   Seconds last_progress_ = 0;
   Seconds last_stop_ = 0;
+  FaultPlan faults_;
+  FaultCounts fault_counts_;
 };
 
 }  // namespace pstwin::sim

@@ -12,6 +12,7 @@
 
 #include "core/assert.hpp"
 #include "ps/ids.hpp"
+#include "ps/resend.hpp"
 #include "report/run_observers.hpp"
 #include "sim/cluster.hpp"
 #include "zeno/roles.hpp"
@@ -31,7 +32,12 @@ void watch_for_stalls(Cluster& cluster, Seconds window) {
     s4u::this_actor::sleep_for(window / 4);
     if (s4u::Engine::get_clock() - cluster.last_progress() > window) {
       std::ostringstream out;
-      out << "no protocol progress for " << window << " simulated seconds; node states:";
+      out << "no protocol progress for " << window << " simulated seconds";
+      if (const auto& counts = cluster.fault_counts(); !counts.first_drop.empty())
+        out << " after injected faults dropped " << counts.lost + counts.partitioned
+            << " message(s) (the first: " << counts.first_drop << ")"
+            << (cluster.scenario().resend_enabled() ? "" : " and ps.resend = false resent none");
+      out << "; node states:";
       for (const auto& node : cluster.nodes())
         if (!node->stopped()) out << "\n    " << node->describe();
       cluster.fail("simulator", out.str());
@@ -94,7 +100,9 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   const std::string scheduler_host = sc.scheduler_host_name();
   const std::string scheduler_address = "scheduler@" + scheduler_host;
   auto& scheduler = cluster.add_node("scheduler", scheduler_address, scheduler_host);
-  scheduler.attach(roles.make(Role::kScheduler, 0, NodeContext{scheduler, sc, observer, scheduler_address}));
+  scheduler.attach(with_resend(scheduler, sc, "scheduler", [&](Runtime& rt) {
+    return roles.make(Role::kScheduler, 0, NodeContext{rt, sc, observer, scheduler_address});
+  }));
   std::vector<SimNode*> started{&scheduler};
   // One node per rank of a role, on the host the scenario places it.
   auto add_role = [&](Role role, int count, auto host_of) {
@@ -102,7 +110,9 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
     for (int r = 0; r < count; ++r) {
       const auto host = (sc.*host_of)(r);
       auto& node = cluster.add_node(name + " " + std::to_string(r), address_of(name, r, host), host);
-      node.attach(roles.make(role, r, NodeContext{node, sc, observer, scheduler_address}));
+      node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
+        return roles.make(role, r, NodeContext{rt, sc, observer, scheduler_address});
+      }));
       started.push_back(&node);
     }
   };
@@ -158,6 +168,21 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
     report.failure = time_limit_failure(sc, observers, stuck.str());
   observers.finish_run(report);
   cluster.fill(report, run_time);
+  if (sc.faults.any() || sc.resend_enabled()) {
+    FaultCounts counts = cluster.fault_counts();
+    counts.resend_enabled = sc.resend_enabled();
+    for (const auto& node : cluster.nodes()) add_resend_counts(node->protocol(), counts);
+    report.faults = counts;
+    // A dropped message nobody resent is a correctness violation, named as such, not just a stall.
+    const std::uint64_t dropped = counts.lost + counts.partitioned;
+    if (!report.completed && dropped > 0 && !counts.resend_enabled) {
+      observers.checker.count_check("delivery");
+      observers.checker.add({"delivery", std::to_string(dropped) +
+                                             " message(s) dropped by injected faults were never resent "
+                                             "(ps.resend = false), the first: " +
+                                             counts.first_drop + "; the run did not complete"});
+    }
+  }
   report.run_time_s = run_time;
   // SMPI's factors depend on message size: no constant-factor closed form. Training compute is
   // FLOPs on a shared host, not workload.compute: not in the bound's formula either.

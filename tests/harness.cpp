@@ -5,8 +5,12 @@
 namespace pstwin::testing {
 
 void FakeRuntime::send(Message message) {
-  message.header.sender = self_;
   message.header.sequence = sequence_++;
+  send_numbered(std::move(message));
+}
+
+void FakeRuntime::send_numbered(Message message) {
+  message.header.sender = self_;
   sent.push_back(message);
   auto peer = peers_.find(message.header.recipient);
   if (peer == peers_.end()) {

@@ -27,6 +27,8 @@ class FakeRuntime final : public Runtime, public Executor, public StagingArea {
   std::string host_name() const override { return host_; }
   void connect(NodeId id, std::string_view address) override { peers_[id] = std::string(address); }
   void send(Message message) override;
+  std::uint64_t next_sequence() override { return sequence_++; }
+  void send_numbered(Message message) override;
   Seconds now() const override;
   TimerId start_timer(Seconds delay, std::function<void()> fire) override;
   void cancel_timer(TimerId id) override;
@@ -38,7 +40,12 @@ class FakeRuntime final : public Runtime, public Executor, public StagingArea {
   void trace_span(std::string_view, std::string_view, Seconds, Seconds) override {}
   void log(std::string_view text) override { logs.emplace_back(text); }
   void stop() override { stopped = true; }
+  // As the real backend: the protocol's last word (Node::on_failing) first, once.
   void fail(std::string text) override {
+    if (node && !failing && !stopped) {
+      failing = true;
+      node->on_failing(text);
+    }
     failure = std::move(text);
     stopped = true;
   }
@@ -52,6 +59,7 @@ class FakeRuntime final : public Runtime, public Executor, public StagingArea {
 
   Node* node = nullptr;
   bool stopped = false;
+  bool failing = false;
   std::string failure;
   std::vector<std::string> logs;
   std::vector<Message> sent;  // everything this node sent, in order

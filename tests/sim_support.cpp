@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -33,6 +34,20 @@ CommandResult run_shell(const std::string& command) {
 
 CommandResult run_pstwin(const std::string& args) {
   return run_shell(std::string(PSTWIN_BINARY) + " " + args);
+}
+
+std::optional<ExploreFinding> first_finding(const std::string& explore_output) {
+  std::smatch match;
+  if (!std::regex_search(
+          explore_output, match,
+          std::regex("seed (\\d+): .*first \\[(\\w+)\\] ([^\\n]*)\\n  replay: (pstwin sim [^\\n]*)")))
+    return std::nullopt;
+  return ExploreFinding{match[1], match[2], match[3], match[4]};
+}
+
+CommandResult run_replay(const std::string& replay, const std::filesystem::path& out) {
+  return run_shell(std::string(PSTWIN_BINARY) + replay.substr(std::string("pstwin").size()) + " -q --out " +
+                   out.string());
 }
 
 std::string read_text(const std::filesystem::path& path) {

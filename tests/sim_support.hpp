@@ -23,6 +23,14 @@ CommandResult run_pstwin(const std::string& args);
 CommandResult run_shell(const std::string& command);
 std::string read_text(const std::filesystem::path& path);
 nlohmann::json read_json(const std::filesystem::path& path);
+// The first failing seed `pstwin explore` printed: "seed N: ..., first [INVARIANT] DETAIL" and its
+// "  replay: pstwin sim ..." line; nullopt if there is none.
+struct ExploreFinding {
+  std::string seed, invariant, detail, replay;
+};
+std::optional<ExploreFinding> first_finding(const std::string& explore_output);
+// A printed replay command ("pstwin sim ..."), run as printed with this build's binary, writing to `out`.
+CommandResult run_replay(const std::string& replay, const std::filesystem::path& out);
 // A fresh, empty directory under the build tree's temp area, removed at exit of the test process.
 std::filesystem::path fresh_dir(const std::string& name);
 

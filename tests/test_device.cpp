@@ -110,7 +110,8 @@ TEST(Device, CudaIsRefusedWithoutACudaBuildAndOutsideTheSyntheticStagedWorkload)
 
 // One worker, one server, one 1 MB partition, no jitter: with device = "cuda" the copy lane carries the
 // copy-in (device -> host) and the pulled aggregate's copy (host -> device), 1 MB each at
-// cluster.pcie_bandwidth, in series with everything else, so the iteration grows by exactly 2 MB / rate.
+// cluster.pcie_bandwidth, in series with everything else, so the iteration grows by exactly 2 MB / rate
+// (twice that on a node that faults.slow stretches by 2).
 TEST(Device, SimChargesBothPcieCopiesOnTheCopyLane) {
   SKIP_WITHOUT_CUDA_BUILD();
   const auto dir = fresh_dir("device-pcie");
@@ -135,6 +136,14 @@ TEST(Device, SimChargesBothPcieCopiesOnTheCopyLane) {
   EXPECT_NEAR(slow.first - fast.first, predicted, 0.01 * predicted);
   // A (nearly) free PCIe copy replaces the host memcpy at staging.copy_bandwidth (1 MB / 5 GB/s).
   EXPECT_NEAR(cpu.first - fast.first, 1e6 / 5e9, 0.05 * 1e6 / 5e9);
+  // faults.slow stretches the worker's PCIe copies as every other task of it: at factor 2, twice the gap.
+  const std::string slowed = R"( --set 'faults.slow=[{node = "worker 0", factor = 2}]')";
+  const auto slow_node =
+      mean("slow-node", " --set workload.device=cuda --set cluster.pcie_bandwidth=1GBps" + slowed);
+  const auto fast_node =
+      mean("fast-node", " --set workload.device=cuda --set cluster.pcie_bandwidth=1000GBps" + slowed);
+  EXPECT_EQ(slow_node.second, cpu.second);
+  EXPECT_NEAR(slow_node.first - fast_node.first, 2 * predicted, 0.02 * predicted);
 }
 
 // The race does not care where the copy-in comes from: with legacy naming the device -> host copies of

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -22,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "realnet/node_env.hpp"
 #include "realnet/shm_staging.hpp"
+#include "scenario/scenario.hpp"
 #include "sim_support.hpp"
 
 namespace pstwin {
@@ -282,6 +285,173 @@ TEST(Node, SigtermAndSigintStopANodeCleanlyAndUnlinkItsStaging) {
     EXPECT_NE(node->output().find("pstwin node: "), std::string::npos) << node->output();
   }
   EXPECT_FALSE(has_staging_object(prefix)) << "a stopped worker left staging objects with prefix " << prefix;
+}
+
+// ---------------------------------------------------------------- failure propagation
+
+// A 4-node job (scheduler, 1 server, 2 workers) long enough to be mid-run when a node goes, with short
+// heartbeats so a death is noticed within a second or two.
+class FailureJob {
+ public:
+  explicit FailureJob(const std::string& tag, const std::string& heartbeat_timeout = "1s")
+      : port_(free_port()),
+        args_{"--scenario", "scenarios/quickstart.toml",
+              "--set",      "workload.iterations=1000000",
+              "--set",      "ps.heartbeat_interval=200ms",
+              "--set",      "ps.heartbeat_timeout=" + heartbeat_timeout},
+        scheduler_("scheduler-" + tag, job_env("scheduler", port_), args_),
+        server_("server-" + tag, job_env("server", port_), args_),
+        worker0_("worker0-" + tag, worker_env(0, port_), args_),
+        worker1_("worker1-" + tag, worker_env(1, port_), args_) {}
+  ~FailureJob() {
+    // kill -9 leaves the killed worker's staging objects (the next scheduler on the port would sweep them).
+    realnet::ShmStaging::unlink_all(realnet::job_staging_prefix(port_));
+  }
+  FailureJob(const FailureJob&) = delete;
+  FailureJob& operator=(const FailureJob&) = delete;
+
+  // True once both workers are pushing: each stages its tensors in shared memory first.
+  bool wait_until_running() {
+    const std::string prefix = realnet::job_staging_prefix(port_);
+    const auto until = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < until) {
+      int workers = 0;
+      for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+        const std::string name = entry.path().filename().string();
+        if (!name.starts_with(prefix)) continue;
+        if (name.find("worker_0_") != std::string::npos) workers |= 1;
+        if (name.find("worker_1_") != std::string::npos) workers |= 2;
+      }
+      if (workers == 3) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  int port() const { return port_; }
+  NodeProcess& scheduler() { return scheduler_; }
+  NodeProcess& server() { return server_; }
+  NodeProcess& worker(int rank) { return rank == 0 ? worker0_ : worker1_; }
+  std::vector<NodeProcess*> all() { return {&scheduler_, &server_, &worker0_, &worker1_}; }
+
+ private:
+  static int free_port() {
+    PortHolder reserved;
+    return reserved.port();  // closed again as `reserved` goes: free for the scheduler
+  }
+  int port_;
+  std::vector<std::string> args_;
+  // Destroyed in reverse: any child still running is killed.
+  NodeProcess scheduler_;
+  NodeProcess server_;
+  NodeProcess worker0_;
+  NodeProcess worker1_;
+};
+
+// Every node but `gone` ends by `deadline`, non-zero, its output naming `named`; returns how long the
+// slowest took after `since`.
+double expect_all_end_naming(FailureJob& job, NodeProcess* gone, const std::string& named,
+                             Clock::time_point since, Clock::time_point deadline) {
+  double slowest_s = 0;
+  for (NodeProcess* node : job.all()) {
+    if (node == gone) continue;
+    const auto code = node->wait_until(deadline);
+    slowest_s = std::max(slowest_s, std::chrono::duration<double>(Clock::now() - since).count());
+    EXPECT_TRUE(code.has_value()) << "still running " << slowest_s << " s after the failure:\n"
+                                  << node->output();
+    if (!code) continue;
+    EXPECT_NE(*code, 0) << node->output();
+    EXPECT_NE(node->output().find(named), std::string::npos) << "expected \"" << named << "\" in:\n"
+                                                             << node->output();
+  }
+  return slowest_s;
+}
+
+// kill -9 of one node mid-run: the scheduler notices the silence within ps.heartbeat_timeout and tells
+// every other node, or (the scheduler killed) each node notices that the scheduler went silent.
+void kill_mid_run(const std::string& tag, const std::function<NodeProcess&(FailureJob&)>& victim,
+                  const std::function<std::string(FailureJob&)>& named) {
+  FailureJob job(tag);
+  ASSERT_TRUE(job.wait_until_running()) << job.worker(0).output() << job.worker(1).output();
+  NodeProcess& killed = victim(job);
+  const auto at = Clock::now();
+  ASSERT_EQ(::kill(killed.pid(), SIGKILL), 0);
+  ASSERT_EQ(killed.wait_until(at + std::chrono::seconds(5)), 128 + SIGKILL);
+  // ps.heartbeat_timeout (1 s) + 5 s.
+  const double took_s = expect_all_end_naming(job, &killed, named(job), at, at + std::chrono::seconds(6));
+  ::testing::Test::RecordProperty("slowest_end_s", std::to_string(took_s));
+}
+
+TEST(NodeFailure, KilledWorkerEndsEveryOtherNodeNamingIt) {
+  kill_mid_run(
+      "kill-worker", [](FailureJob& job) -> NodeProcess& { return job.worker(1); },
+      [](FailureJob&) { return std::string("worker 1 (node 11 at 127.0.0.1:"); });
+}
+
+TEST(NodeFailure, KilledServerEndsEveryOtherNodeNamingIt) {
+  kill_mid_run(
+      "kill-server", [](FailureJob& job) -> NodeProcess& { return job.server(); },
+      [](FailureJob&) { return std::string("server 0 (node 8 at 127.0.0.1:"); });
+}
+
+TEST(NodeFailure, KilledSchedulerEndsEveryOtherNodeNamingIt) {
+  kill_mid_run(
+      "kill-scheduler", [](FailureJob& job) -> NodeProcess& { return job.scheduler(); },
+      [](FailureJob& job) {
+        return "the scheduler (node 1 at 127.0.0.1:" + std::to_string(job.port()) + ") sent nothing for";
+      });
+}
+
+// A plain `kill` of a worker: it tells the scheduler it is leaving, so the others end at once, long
+// before the (default, 10 s) heartbeat timeout could have noticed.
+TEST(NodeFailure, SigtermedWorkerEndsTheOthersPromptlyNamingIt) {
+  FailureJob job("term-worker", "10s");
+  ASSERT_TRUE(job.wait_until_running()) << job.worker(0).output() << job.worker(1).output();
+  const auto at = Clock::now();
+  ASSERT_EQ(::kill(job.worker(0).pid(), SIGTERM), 0);
+  EXPECT_EQ(job.worker(0).wait_until(at + std::chrono::seconds(5)), 128 + SIGTERM) << job.worker(0).output();
+  const double took_s = expect_all_end_naming(job, &job.worker(0), "worker 0 (node 9 at 127.0.0.1:", at,
+                                              at + std::chrono::seconds(4));
+  ::testing::Test::RecordProperty("slowest_end_s", std::to_string(took_s));
+  EXPECT_NE(job.server().output().find("interrupted by SIGTERM"), std::string::npos) << job.server().output();
+}
+
+// The digest the scheduler compares: of the scenario as `pstwin node` resolves it from `env` and `sets`.
+std::string digest_for(const Env& env, const std::vector<std::pair<std::string, std::string>>& sets) {
+  auto overrides = realnet::parse_node_env(env).scenario_overrides();
+  overrides.insert(overrides.end(), sets.begin(), sets.end());
+  return job_digest(load_scenario(std::string(PSTWIN_SOURCE_DIR) + "/scenarios/quickstart.toml", overrides));
+}
+
+// A worker started with another scenario is refused at registration, exit 2, naming both digests and the
+// field; the job is unaffected: a worker with the right scenario takes its place and the job completes.
+TEST(NodeFailure, MismatchedScenarioIsRefusedAtRegistrationNamingBothDigests) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  const std::vector<std::string> wrong{"--scenario", "scenarios/quickstart.toml", "--set",
+                                       "workload.iterations=3"};
+  NodeProcess scheduler("scheduler-mismatch", job_env("scheduler", port), kQuickstart);
+  NodeProcess server("server-mismatch", job_env("server", port), kQuickstart);
+  NodeProcess worker0("worker0-mismatch", worker_env(0, port), kQuickstart);
+  NodeProcess stranger("worker1-mismatch", worker_env(1, port), wrong);
+  EXPECT_EQ(stranger.wait_until(Clock::now() + std::chrono::seconds(15)), 2) << stranger.output();
+  const std::string job = digest_for(worker_env(1, port), {{"workload.iterations", "2"}});
+  const std::string its = digest_for(worker_env(1, port), {{"workload.iterations", "3"}});
+  ASSERT_NE(job, its);
+  const std::string out = stranger.output();
+  EXPECT_NE(out.find("refused the registration of worker 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("this node's scenario digest " + its + " differs from the job's " + job),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("workload.iterations = 3 here, 2 in the job"), std::string::npos) << out;
+  EXPECT_NE(scheduler.output().find("refused the registration of worker"), std::string::npos)
+      << scheduler.output();
+
+  NodeProcess worker1("worker1-mismatch-fixed", worker_env(1, port), kQuickstart);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (NodeProcess* node : {&scheduler, &server, &worker0, &worker1})
+    EXPECT_EQ(node->wait_until(deadline), 0) << node->output();
 }
 
 std::string unique_prefix(const std::string& what) {

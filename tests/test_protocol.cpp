@@ -393,5 +393,123 @@ TEST(Protocol, SilentNodeIsDeclaredDeadAfterHeartbeatTimeout) {
   EXPECT_LE(job.harness.now(), 6.0);
 }
 
+// One server, two workers; heartbeats every 1 s, a node silent for 4 s presumed dead.
+Scenario short_heartbeats() {
+  Scenario s = small_scenario("sync", 1, 2);
+  s.ps.heartbeat_interval_s = 1;
+  s.ps.heartbeat_timeout_s = 4;
+  return s;
+}
+
+// The scheduler does not only fail itself: every live node is told which node failed and why.
+TEST(Protocol, SchedulerTellsEveryLiveNodeWhichNodeWentSilent) {
+  Job job(short_heartbeats());
+  job.start_all();
+  job.harness.run([&] { return !job.log.table.empty(); });
+  FakeRuntime& silent = *job.runtimes.back();  // worker 1
+  silent.stopped = true;
+  job.harness.run([&] { return job.all_stopped(); }, 100);
+  EXPECT_NE(job.runtimes[0]->failure.find("worker 1 (node 11 at worker1@h2) sent no heartbeat for"),
+            std::string::npos)
+      << job.runtimes[0]->failure;
+  for (FakeRuntime* rt : {job.runtimes[1], job.runtimes[2]}) {  // the server and worker 0
+    EXPECT_EQ(rt->failure.rfind("the job ended: worker 1 (node 11 at worker1@h2) sent no heartbeat", 0), 0u)
+        << rt->local_address() << ": " << rt->failure;
+  }
+  EXPECT_EQ(silent.failure, "");
+  EXPECT_LE(job.harness.now(), 6.0);
+}
+
+// A node that fails says so (Node::on_failing) and the scheduler passes it on at once, naming the node.
+TEST(Protocol, ANodesOwnFailureReachesEveryOtherNodeAtOnce) {
+  Scenario s = small_scenario("sync", 1, 2);
+  s.ps.heartbeat_timeout_s = 100;
+  Job job(s);
+  job.start_all();
+  job.harness.run([&] { return job.log.index_of("push") < job.log.events.size(); });  // running
+  job.runtimes[2]->fail("interrupted by SIGTERM: stopped before the job ended");      // worker 0
+  const Seconds at = job.harness.now();
+  job.harness.run([&] { return job.all_stopped(); }, 100);
+  EXPECT_EQ(job.runtimes[0]->failure,
+            "worker 0 (node 9 at worker0@h2) failed: interrupted by SIGTERM: stopped before the job ended");
+  for (FakeRuntime* rt : {job.runtimes[1], job.runtimes[3]})
+    EXPECT_EQ(
+        rt->failure,
+        "the job ended: worker 0 (node 9 at worker0@h2) failed: interrupted by SIGTERM: stopped before the "
+        "job ended")
+        << rt->local_address();
+  EXPECT_LT(job.harness.now() - at, 1.0);
+}
+
+// A node whose scheduler went silent does not wait forever: it fails naming the scheduler.
+TEST(Protocol, NodesNoticeASilentSchedulerWithinTheHeartbeatTimeout) {
+  // The workers finish their iterations and wait for a shutdown that never comes (virtual time only
+  // advances once they are idle).
+  Job job(short_heartbeats());
+  job.start_all();
+  job.harness.run([&] { return job.log.index_of("push") < job.log.events.size(); });  // running
+  job.runtimes[0]->stopped = true;  // the scheduler, killed: it says nothing
+  const Seconds at = job.harness.now();
+  job.harness.run([&] { return job.all_stopped(); }, 100);
+  for (std::size_t i = 1; i < job.runtimes.size(); ++i)
+    EXPECT_NE(job.runtimes[i]->failure.find("the scheduler (node 1 at scheduler@h0) sent nothing for"),
+              std::string::npos)
+        << job.runtimes[i]->failure;
+  EXPECT_LE(job.harness.now() - at, 4.0 + 1.0 + 1e-9);
+}
+
+// Job-ending control messages count only from the scheduler: a fatal notice or a shutdown from a peer
+// is logged and ignored, and the job completes.
+TEST(Protocol, FatalAndShutdownFromAnyoneButTheSchedulerAreIgnored) {
+  Job job(small_scenario("sync", 1, 2));
+  job.start_all();
+  job.harness.run([&] { return job.log.index_of("push") < job.log.events.size(); });  // running
+  for (Command command : {Command::kFatal, Command::kShutdown}) {
+    Message m;
+    m.header.recipient = server_id(0);
+    m.header.command = command;
+    m.payload = encode_text("forged");
+    job.runtimes[2]->send(std::move(m));  // from worker 0 to the server
+  }
+  job.harness.run([&] { return job.all_stopped(); });
+  for (auto* rt : job.runtimes) EXPECT_EQ(rt->failure, "") << rt->local_address();
+  const auto& logs = job.runtimes[1]->logs;
+  EXPECT_EQ(std::count_if(logs.begin(), logs.end(),
+                          [](const std::string& l) {
+                            return l.find("only the scheduler (node 1) sends it") != std::string::npos;
+                          }),
+            2);
+}
+
+// A node configured for another job is refused at registration and told which fields differ; the
+// scheduler keeps waiting for the node it needs.
+TEST(Protocol, RegistrationWithAnotherScenarioIsRefusedNamingDigestsAndFields) {
+  Scenario s = small_scenario("sync", 1, 1);
+  Job job(s);
+  Scenario other = s;
+  other.ps.partition_bytes = 8192;
+  auto& stranger_rt = job.harness.add("stranger@h3", "h3");
+  EventLog log;
+  const SyntheticWorkload other_workload(other);
+  Worker stranger(NodeContext{stranger_rt, other, log, "scheduler@h0"}, 0, other_workload);
+  stranger_rt.node = &stranger;
+  job.runtimes[0]->node->start();
+  stranger.start();
+  job.harness.run([&] { return stranger_rt.stopped; }, 1);
+  const std::string& failure = stranger_rt.failure;
+  EXPECT_NE(failure.find("refused the registration of worker 0"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("this node's scenario digest " + job_digest(other) + " differs from the job's " +
+                         job_digest(s)),
+            std::string::npos)
+      << failure;
+  EXPECT_NE(failure.find("ps.partition_bytes = \"8KiB\" here, \"4KiB\" in the job"), std::string::npos)
+      << failure;
+  EXPECT_EQ(job.runtimes[0]->failure, "");
+  // The right nodes still make the job.
+  for (std::size_t i = 1; i < job.runtimes.size(); ++i) job.runtimes[i]->node->start();
+  job.harness.run([&] { return job.all_stopped(); });
+  for (auto* rt : job.runtimes) EXPECT_EQ(rt->failure, "") << rt->local_address();
+}
+
 }  // namespace
 }  // namespace pstwin

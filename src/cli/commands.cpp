@@ -1,13 +1,17 @@
 #include "cli/commands.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
+#include <sstream>
 
+#include "core/random.hpp"
 #include "cuda/cuda_tensors.hpp"
 #include "realnet/job_run.hpp"
 #include "realnet/netns_cluster.hpp"
@@ -82,12 +86,120 @@ int run_check(const CommonOptions& common) {
   return 0;
 }
 
+namespace {
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(6) << seconds << "s";
+  return out.str();
+}
+
+std::string probability_text(double p) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(4) << p;
+  return out.str();
+}
+
+// Swarm testing (TigerBeetle's VOPR, Groce et al.): each seed switches every fault knob on or off
+// and draws its parameters, so seeds explore different mixes instead of all faults at once. Drawn
+// from RandomStream(seed, "swarm"), written as --set texts: the replay command carries them and
+// parses them exactly as this run did. Windows are placed within an estimate of the run's length.
+std::vector<std::pair<std::string, std::string>> draw_swarm(const Scenario& base, std::uint64_t seed) {
+  RandomStream random(seed, "swarm");
+  std::uint64_t model_bytes = 0;
+  for (auto bytes : base.declared_tensor_bytes()) model_bytes += bytes;
+  const double horizon = static_cast<double>(base.workload.iterations) *
+                             (base.workload.compute_s +
+                              4.0 * static_cast<double>(model_bytes) / base.cluster.host_bandwidth_Bps) +
+                         0.01;
+  // Windows shorter than a quarter of the heartbeat timeout: a partition the scheduler takes for a
+  // dead node is a node crash, not in this model.
+  const double longest = std::min(horizon / 2, base.ps.heartbeat_timeout_s / 4);
+  std::vector<std::string> nodes;
+  for (int r = 0; r < base.roles.servers; ++r) nodes.push_back("server " + std::to_string(r));
+  for (int r = 0; r < base.roles.workers; ++r) nodes.push_back("worker " + std::to_string(r));
+  auto pick_node = [&] { return nodes[random.below(nodes.size())]; };
+  auto on = [&] { return random.below(2) == 1; };
+  auto window = [&](double& from, double& length) {
+    from = random.uniform(0, horizon);
+    length = random.uniform(longest / 10, longest);
+  };
+  std::vector<std::pair<std::string, std::string>> sets;
+  // Every knob draws the same numbers whether it is on or not, so one knob's switch never shifts another's.
+  const bool loss = on(), duplicate = on(), partition = on(), clog = on(), slow = on();
+  const double loss_p = random.uniform(0.001, 0.1), duplicate_p = random.uniform(0.001, 0.1);
+  const std::string host =
+      base.host_name(static_cast<int>(random.below(static_cast<std::uint64_t>(base.host_count()))));
+  double partition_from = 0, partition_length = 0, clog_from = 0, clog_length = 0, slow_from = 0,
+         slow_length = 0;
+  window(partition_from, partition_length);
+  const std::string clog_node = pick_node();
+  window(clog_from, clog_length);
+  const std::string slow_node = pick_node();
+  const double factor = random.uniform(1.5, 10);
+  window(slow_from, slow_length);
+  if (loss) sets.emplace_back("faults.loss", probability_text(loss_p));
+  if (duplicate) sets.emplace_back("faults.duplicate", probability_text(duplicate_p));
+  if (partition)
+    sets.emplace_back("faults.partitions", "[{hosts = [\"" + host + "\"], from = \"" +
+                                               seconds_text(partition_from) + "\", until = \"" +
+                                               seconds_text(partition_from + partition_length) + "\"}]");
+  if (clog)
+    sets.emplace_back("faults.clog", "[{nodes = [\"" + clog_node + "\"], from = \"" +
+                                         seconds_text(clog_from) + "\", duration = \"" +
+                                         seconds_text(clog_length) + "\"}]");
+  if (slow)
+    sets.emplace_back("faults.slow", "[{node = \"" + slow_node + "\", factor = " + probability_text(factor) +
+                                         ", from = \"" + seconds_text(slow_from) + "\", until = \"" +
+                                         seconds_text(slow_from + slow_length) + "\"}]");
+  return sets;
+}
+
+// A correctness problem (a failed run or any invariant but the analytic bound), or only a missed
+// performance bound.
+enum class Outcome { kClean, kSafety, kPerformance };
+Outcome classify(const RunReport& report) {
+  if (report.ok()) return Outcome::kClean;
+  if (!report.completed) return Outcome::kSafety;
+  for (const auto& [name, tally] : report.invariant_tallies)
+    if (name != "bound" && tally.violated > 0) return Outcome::kSafety;
+  return report.violation_count > 0 && report.invariant_tallies.contains("bound") ? Outcome::kPerformance
+                                                                                  : Outcome::kSafety;
+}
+
+std::string_view outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kClean:
+      return "clean";
+    case Outcome::kSafety:
+      return "safety";
+    case Outcome::kPerformance:
+      return "performance";
+  }
+  return "";
+}
+
+}  // namespace
+
 int run_explore(const CommonOptions& common, const ExploreOptions& options) {
+  // The CLI, not protocol code: explore times itself for its seeds-per-second line only; no run reads it.
+  const auto wall_start = std::chrono::steady_clock::now();
   const Scenario base = load(common);
   std::vector<Scenario> runs;
+  std::vector<std::vector<std::pair<std::string, std::string>>> knobs;
+  std::vector<std::pair<std::string, std::string>> user_sets;
+  for (const auto& text : common.sets) user_sets.push_back(split_override(text));
   for (std::uint64_t i = 0; i < options.seeds; ++i) {
-    runs.push_back(base);
-    runs.back().seed = options.first_seed + i;
+    const std::uint64_t seed = options.first_seed + i;
+    if (options.swarm) {
+      knobs.push_back(draw_swarm(base, seed));
+      auto sets = user_sets;
+      sets.insert(sets.end(), knobs.back().begin(), knobs.back().end());
+      runs.push_back(load_scenario(common.scenario_path, sets));
+    } else {
+      runs.push_back(base);
+    }
+    runs.back().seed = seed;
   }
   std::size_t finished = 0;
   auto reports = sim::run_isolated(runs, options.jobs, [&](std::size_t, const RunReport&) {
@@ -95,31 +207,60 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
     if (!common.quiet && (finished % 100 == 0 || finished == runs.size()))
       std::cerr << "[pstwin] explored " << finished << " of " << runs.size() << " seeds\n";
   });
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double seeds_per_s = wall_s > 0 ? static_cast<double>(reports.size()) / wall_s : 0;
   std::size_t bad = 0;
+  std::map<Outcome, std::size_t> outcomes;
   nlohmann::ordered_json summary = nlohmann::ordered_json::array();
   // Violations go to stderr with -q (nothing else is printed then), to stdout otherwise.
   std::ostream& out = common.quiet ? std::cerr : std::cout;
-  for (const auto& report : reports) {
-    summary.push_back({{"seed", report.seed},
-                       {"ok", report.ok()},
-                       {"violation_count", report.violation_count},
-                       {"first_violation", report.violations.empty() ? "" : report.violations.front().detail},
-                       {"replay", report.replay}});
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& report = reports[i];
+    const Outcome outcome = classify(report);
+    ++outcomes[outcome];
+    nlohmann::ordered_json entry = {
+        {"seed", report.seed},
+        {"ok", report.ok()},
+        {"violation_count", report.violation_count},
+        {"first_violation", report.violations.empty() ? "" : report.violations.front().detail},
+        {"replay", report.replay}};
+    if (options.swarm) {
+      entry["class"] = outcome_name(outcome);
+      entry["failure"] = report.failure;
+      entry["knobs"] = nlohmann::ordered_json::object();
+      for (const auto& [field, value] : knobs[i]) entry["knobs"][field] = value;
+      if (report.faults) entry["faults"] = faults_json(*report.faults);
+    }
+    summary.push_back(std::move(entry));
     if (report.ok()) continue;
     ++bad;
-    out << "seed " << report.seed << ": " << report.violation_count << " violation(s)";
+    out << "seed " << report.seed;
+    if (options.swarm) out << " [" << outcome_name(outcome) << "]";
+    out << ": " << report.violation_count << " violation(s)";
     if (!report.violations.empty())
       out << ", first [" << report.violations.front().invariant << "] " << report.violations.front().detail;
+    else if (!report.failure.empty())
+      out << ", run failed: " << report.failure.substr(0, report.failure.find('\n'));
     out << "\n  replay: " << report.replay << "\n";
   }
-  if (!common.quiet || bad > 0)
-    out << "explored " << reports.size() << " seeds (" << options.first_seed << ".."
-        << options.first_seed + options.seeds - 1 << ") of " << base.name << ": " << bad
-        << " with invariant violations, " << reports.size() - bad << " clean\n";
+  const std::string range =
+      std::to_string(options.first_seed) + ".." + std::to_string(options.first_seed + options.seeds - 1);
+  if (!common.quiet || bad > 0) {
+    if (options.swarm)
+      out << "swarm explored " << reports.size() << " seeds (" << range << ") of " << base.name << ": "
+          << outcomes[Outcome::kSafety] << " with safety violations, " << outcomes[Outcome::kPerformance]
+          << " missing only a performance bound, " << outcomes[Outcome::kClean] << " clean\n";
+    else
+      out << "explored " << reports.size() << " seeds (" << range << ") of " << base.name << ": " << bad
+          << " with invariant violations, " << reports.size() - bad << " clean\n";
+    out << "  " << std::fixed << std::setprecision(2) << seeds_per_s << " seeds/s (" << wall_s
+        << " s wall, -j " << options.jobs << ")\n";
+  }
   // N seeds that all ran alike explored one schedule, not N: say so rather than let "N clean" stand.
-  const bool all_alike = reports.size() > 1 && std::ranges::all_of(reports, [&](const RunReport& r) {
-                           return seed_fingerprint(r) == seed_fingerprint(reports.front());
-                         });
+  const bool all_alike =
+      !options.swarm && reports.size() > 1 && std::ranges::all_of(reports, [&](const RunReport& r) {
+        return seed_fingerprint(r) == seed_fingerprint(reports.front());
+      });
   if (all_alike && (!common.quiet || bad > 0))
     out << "note: every seed runs the same schedule (the " << reports.size()
         << " runs had the same iteration times, messages and results): the scenario has no randomness the "
@@ -128,8 +269,28 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
            "to explore\n";
   if (!options.out_dir.empty()) {
     std::filesystem::create_directories(options.out_dir);
-    std::ofstream(options.out_dir + "/explore.json") << summary.dump(2) << "\n";
+    if (options.swarm) {
+      const auto n = static_cast<double>(std::max<std::size_t>(reports.size(), 1));
+      auto tally = [&](Outcome o) {
+        return nlohmann::ordered_json{{"count", outcomes[o]}, {"rate", static_cast<double>(outcomes[o]) / n}};
+      };
+      nlohmann::ordered_json doc = {{"scenario", base.name},
+                                    {"swarm", true},
+                                    {"seeds", reports.size()},
+                                    {"first_seed", options.first_seed},
+                                    {"jobs", options.jobs},
+                                    {"wall_s", wall_s},
+                                    {"seeds_per_s", seeds_per_s},
+                                    {"safety", tally(Outcome::kSafety)},
+                                    {"performance", tally(Outcome::kPerformance)},
+                                    {"clean", tally(Outcome::kClean)},
+                                    {"runs", std::move(summary)}};
+      std::ofstream(options.out_dir + "/explore.json") << doc.dump(2) << "\n";
+    } else {
+      std::ofstream(options.out_dir + "/explore.json") << summary.dump(2) << "\n";
+    }
   }
+  if (options.swarm) return outcomes[Outcome::kSafety] == 0 ? 0 : 1;
   return bad == 0 ? 0 : 1;
 }
 

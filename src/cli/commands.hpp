@@ -27,6 +27,7 @@ struct ExploreOptions {
   std::uint64_t first_seed = 0;
   int jobs = 2;
   std::string out_dir;  // "" = no explore.json
+  bool swarm = false;   // draw fault knobs per seed (docs/FAULTS.md, "Swarm")
 };
 
 struct NodeOptions {
@@ -35,7 +36,7 @@ struct NodeOptions {
 
 struct RunOptions {
   std::optional<std::uint64_t> seed;  // --seed: the scenario's seed for every node, as sim's --seed
-  std::string out_dir;      // "" = pstwin-out/<scenario name>
+  std::string out_dir;                // "" = pstwin-out/<scenario name>
   bool netns = false;       // one network namespace per scenario host, links shaped with tc (root only)
   std::string van = "zmq";  // zmq | epoll (realnet/van.hpp)
 };

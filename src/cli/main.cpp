@@ -52,7 +52,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   explore->add_option("--out", explore_options.out_dir,
                       "write explore.json here: a JSON array with one object per seed (seed, ok, "
-                      "violation_count, first_violation, replay)");
+                      "violation_count, first_violation, replay); with --swarm an object with the counts "
+                      "and rates of each class and the runs");
+  explore->add_flag("--swarm", explore_options.swarm,
+                    "draw fault knobs (loss, duplicate, partition, clog, slow node) from each seed and "
+                    "split safety violations from missed performance bounds (docs/FAULTS.md)");
 
   auto* node = app.add_subcommand(
       "node",

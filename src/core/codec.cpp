@@ -247,6 +247,8 @@ std::string_view command_name(Command command) {
       return "lb_report";
     case Command::kLbDecision:
       return "lb_decision";
+    case Command::kAck:
+      return "ack";
   }
   return "unknown";
 }

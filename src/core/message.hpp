@@ -22,8 +22,9 @@ enum class Command : std::uint16_t {
   kPushPull = 10,    // worker -> server: a push whose response carries the aggregate (ps-lite's ZPushPull)
   kLbReport = 11,    // server/worker -> scheduler: one iteration's bandwidth measurements (ps.balancing = lb)
   kLbDecision = 12,  // scheduler -> servers, workers: partition owners from an iteration on
+  kAck = 13,         // ps.resend: receiver -> sender, key = the acknowledged message's sequence
 };
-inline constexpr std::uint16_t kMaxCommand = 12;
+inline constexpr std::uint16_t kMaxCommand = 13;
 
 std::string_view command_name(Command command);
 

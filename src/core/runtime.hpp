@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/message.hpp"
 #include "core/payload.hpp"
@@ -71,6 +72,11 @@ class Runtime {
   virtual void connect(NodeId id, std::string_view address) = 0;
   // Sends to header.recipient over the ordered stream to that node. Sender and sequence are filled.
   virtual void send(Message message) = 0;
+  // For a layer that resends (ps/resend.hpp), on the event loop: take this node's next sequence number
+  // and send a message under the one the caller set, so a resend keeps the signature (sender,
+  // sequence) its receiver deduplicates by. send() is the two together.
+  virtual std::uint64_t next_sequence() = 0;
+  virtual void send_numbered(Message message) = 0;
   // How this node's outgoing bytes should be shared among destinations from now on (ps.balancing =
   // "lb": in proportion to what the decision in force sends to each). A backend with a send pool makes
   // them its DRR weights (docs/FPT.md); `version` grows with every new table. Default: ignored.
@@ -98,6 +104,9 @@ class Runtime {
   // The node finished cleanly / hit an unrecoverable error (the run fails with this text).
   virtual void stop() = 0;
   virtual void fail(std::string text) = 0;
+  // fail() for a node whose configuration does not fit the job (the scheduler refused its
+  // registration): `pstwin node` exits 2 for it, as for any bad configuration.
+  virtual void fail_configuration(std::string text) { fail(std::move(text)); }
 };
 
 // A protocol role: event handlers driven by a Runtime.
@@ -108,6 +117,10 @@ class Node {
   virtual void on_message(Message message) = 0;
   // One line on what the node is waiting for: printed when a run stalls.
   virtual std::string describe_state() const = 0;
+  // The node is about to stop for `why` (its own fail(), a lost connection, a stop signal): its last
+  // chance to tell its peers, on the event loop; what it sends here still leaves. The real backend
+  // calls it once per node; the simulator, where one failure ends the whole run, does not.
+  virtual void on_failing(std::string_view /*why*/) {}
 };
 
 }  // namespace pstwin

@@ -79,6 +79,7 @@ class ByteReader {
     return pos_ == bytes_.size() ? true
                                  : fail(what, std::to_string(bytes_.size() - pos_) + " trailing bytes");
   }
+  std::size_t remaining() const { return bytes_.size() - pos_; }
   const std::string& error() const { return error_; }
   bool fail(const char* field, const std::string& what) {
     error_ = std::string(field) + ": " + what;

@@ -9,6 +9,7 @@ namespace pstwin {
 namespace {
 
 constexpr std::uint32_t kMaxTableEntries = 1 << 20;
+constexpr std::uint32_t kMaxRefusalFields = 4096;
 
 void write_info(ByteWriter& w, const NodeInfo& info) {
   w.i32(info.id);
@@ -78,6 +79,75 @@ std::optional<std::vector<NodeInfo>> decode_node_table(const Payload& payload, s
     return std::nullopt;
   }
   return table;
+}
+
+Payload encode_text(std::string_view text) {
+  return Payload::copy_of(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+Payload encode_registration(const Registration& registration) {
+  ByteWriter w;
+  write_info(w, registration.info);
+  w.str(registration.job_digest);
+  return w.finish();
+}
+
+std::optional<Registration> decode_registration(const Payload& payload, std::string& error) {
+  ByteReader r(control_bytes(payload));
+  Registration out;
+  if (!read_info(r, out.info)) {
+    error = r.error().empty() ? "node.role: unknown role" : r.error();
+    return std::nullopt;
+  }
+  if (r.remaining() > 0 && !r.str(out.job_digest, "registration.job_digest")) {
+    error = r.error();
+    return std::nullopt;
+  }
+  if (!r.at_end("registration")) {
+    error = r.error();
+    return std::nullopt;
+  }
+  return out;
+}
+
+Payload encode_refusal(const Refusal& refusal) {
+  ByteWriter w;
+  w.str(refusal.job_digest);
+  w.u32(static_cast<std::uint32_t>(refusal.job_fields.size()));
+  for (const auto& [path, value] : refusal.job_fields) {
+    w.str(path);
+    w.str(value);
+  }
+  return w.finish();
+}
+
+std::optional<Refusal> decode_refusal(const Payload& payload, std::string& error) {
+  ByteReader r(control_bytes(payload));
+  Refusal out;
+  std::uint32_t count = 0;
+  if (!r.str(out.job_digest, "refusal.job_digest") || !r.count(count, 8, "refusal.fields")) {
+    error = r.error();
+    return std::nullopt;
+  }
+  if (count > kMaxRefusalFields) {
+    error =
+        "refusal.fields: " + std::to_string(count) + " entries exceeds " + std::to_string(kMaxRefusalFields);
+    return std::nullopt;
+  }
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::string path;
+    std::string value;
+    if (!r.str(path, "refusal.field.path") || !r.str(value, "refusal.field.value")) {
+      error = r.error();
+      return std::nullopt;
+    }
+    out.job_fields.emplace_back(std::move(path), std::move(value));
+  }
+  if (!r.at_end("refusal")) {
+    error = r.error();
+    return std::nullopt;
+  }
+  return out;
 }
 
 std::string decode_text(const Payload& payload) {

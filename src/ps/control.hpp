@@ -6,6 +6,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/payload.hpp"
@@ -30,5 +32,28 @@ Payload encode_node_table(const std::vector<NodeInfo>& table);
 std::optional<NodeInfo> decode_node_info(const Payload& payload, std::string& error);
 std::optional<std::vector<NodeInfo>> decode_node_table(const Payload& payload, std::string& error);
 std::string decode_text(const Payload& payload);
+Payload encode_text(std::string_view text);
+
+// kRegister: who the node is and the digest of the job it was configured for (job_digest, src/scenario).
+// A registration without the digest (a bare NodeInfo) decodes with an empty one.
+struct Registration {
+  NodeInfo info;
+  std::string job_digest;
+};
+Payload encode_registration(const Registration& registration);
+std::optional<Registration> decode_registration(const Payload& payload, std::string& error);
+
+// The scheduler's answer to a registration (a kRegister response; its header key says which).
+inline constexpr std::uint64_t kRegistrationAccepted = 0;  // no body: wait for the node table
+inline constexpr std::uint64_t kRegistrationRefused = 1;   // body: a Refusal
+
+// A registration refused for another job's scenario: the job's digest and fields (job_fields), so the
+// refused node can name the fields its own scenario sets differently.
+struct Refusal {
+  std::string job_digest;
+  std::vector<std::pair<std::string, std::string>> job_fields;
+};
+Payload encode_refusal(const Refusal& refusal);
+std::optional<Refusal> decode_refusal(const Payload& payload, std::string& error);
 
 }  // namespace pstwin

@@ -28,8 +28,8 @@ void KvClient::pull(const PartitionSpec& partition) {
   send(slot_node(destination(partition), options_.servers), Command::kPull, partition);
 }
 
-void KvClient::on_push_ack(const Message& ack) {
-  release_credit(ack.header.sender);
+bool KvClient::on_push_ack(const Message& ack) {
+  if (!release_credit(ack)) return false;
   Message pull;
   pull.header.key = ack.header.key;
   pull.header.iteration = iteration_;
@@ -38,6 +38,7 @@ void KvClient::on_push_ack(const Message& ack) {
   pull.header.recipient = ack.header.sender;
   pull.header.command = Command::kPull;
   rt_.send(std::move(pull));
+  return true;
 }
 
 int KvClient::destination(const PartitionSpec& partition) const {
@@ -60,11 +61,19 @@ void KvClient::send(NodeId to, Command command, const PartitionSpec& partition, 
   rt_.send(std::move(message));
 }
 
-void KvClient::release_credit(NodeId aggregator) {
-  PSTWIN_ASSERT(in_flight_ > 0, "a push acknowledged that was never sent");
+bool KvClient::release_credit(const Message& ack) {
+  const auto pushed = unacked_.find(ack.header.key);
+  if (pushed == unacked_.end() || pushed->second != ack.header.sender) {
+    rt_.log("worker: ignored an acknowledgement of key " + std::to_string(ack.header.key) + " from node " +
+            std::to_string(ack.header.sender) + " with no push of it in flight (a duplicated message)");
+    return false;
+  }
+  unacked_.erase(pushed);
+  PSTWIN_ASSERT(in_flight_ > 0, "a push in flight that the credit does not count");
   --in_flight_;
-  --in_flight_to_[slot_of(aggregator, options_.servers)];
+  --in_flight_to_[slot_of(ack.header.sender, options_.servers)];
   dispatch();
+  return true;
 }
 
 void KvClient::dispatch() {
@@ -86,8 +95,9 @@ void KvClient::dispatch() {
       fill_on_release_.erase(unfilled);
     }
     push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
-      send(slot_node(destination(*partition), options_.servers),
-           options_.fused ? Command::kPushPull : Command::kPush, *partition, std::move(payload));
+      const NodeId to = slot_node(destination(*partition), options_.servers);
+      unacked_[partition->key] = to;
+      send(to, options_.fused ? Command::kPushPull : Command::kPush, *partition, std::move(payload));
     });
   }
 }

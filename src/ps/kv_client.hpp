@@ -51,10 +51,11 @@ class KvClient {
   void push_filled_on_release(const PartitionSpec& partition, std::uint32_t iteration);
   // A pull without a push (RoundPlan: a dropped tensor, or a round this worker sits out).
   void pull(const PartitionSpec& partition);
-  // A push's acknowledgement (separate mode): its credit back, then the pull of its aggregate.
-  void on_push_ack(const Message& ack);
-  // A push_pull's reply (fused mode): its credit back.
-  void on_push_pull_reply(const Message& reply) { release_credit(reply.header.sender); }
+  // A push's acknowledgement (separate mode): its credit back, then the pull of its aggregate. False
+  // (and nothing done) for an acknowledgement of no push in flight: a duplicated or forged message.
+  bool on_push_ack(const Message& ack);
+  // A push_pull's reply (fused mode): its credit back. False as on_push_ack.
+  bool on_push_pull_reply(const Message& reply) { return release_credit(reply); }
   // The aggregator slot (see balance.hpp) `partition` goes to in the current iteration.
   int destination(const PartitionSpec& partition) const;
   int in_flight() const { return in_flight_; }
@@ -62,7 +63,7 @@ class KvClient {
 
  private:
   void send(NodeId to, Command command, const PartitionSpec& partition, Payload payload = {});
-  void release_credit(NodeId aggregator);
+  bool release_credit(const Message& ack);
   void dispatch();
 
   Runtime& rt_;
@@ -79,6 +80,9 @@ class KvClient {
   std::map<std::uint64_t, std::uint32_t> fill_on_release_;
   int in_flight_ = 0;
   std::map<int, int> in_flight_to_;  // per aggregator slot (the credit's unit with ps.balancing = "lb")
+  // Keys pushed and not yet acknowledged, with the aggregator each went to: an acknowledgement of
+  // anything else is a copy (a duplicated message) and returns no credit.
+  std::map<std::uint64_t, NodeId> unacked_;
 };
 
 }  // namespace pstwin

@@ -1,6 +1,9 @@
 #include "ps/ps_node.hpp"
 
+#include <iomanip>
+#include <map>
 #include <sstream>
+#include <vector>
 
 #include "ps/ids.hpp"
 
@@ -16,19 +19,31 @@ PsNode::PsNode(NodeContext context, Role role, int rank)
 
 void PsNode::start() {
   rt_.connect(kSchedulerId, scheduler_address_);
-  NodeInfo me{kNoNode, role_, rank_, rt_.local_address(), rt_.host_name()};
+  job_digest_ = job_digest(scenario_);
+  const Registration me{{kNoNode, role_, rank_, rt_.local_address(), rt_.host_name()}, job_digest_};
   MessageHeader fields;
-  send_to(kSchedulerId, Command::kRegister, fields, encode_node_info(me));
+  send_to(kSchedulerId, Command::kRegister, fields, encode_registration(me));
   const Seconds timeout = scenario_.ps.connect_timeout_s;
   connect_timer_ = rt_.start_timer(timeout, [this, timeout] {
     std::ostringstream out;
-    out << role_name(role_) << " " << rank_ << " on " << rt_.host_name() << " cannot reach the scheduler at "
-        << scheduler_address_ << ": no node table after " << timeout
-        << " s. Check DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT (scenario: roles.scheduler_host) and that the "
-           "scheduler "
-           "is running; raise ps.connect_timeout if it starts late.";
+    if (registered_)
+      // The scheduler answered: it is the job that is incomplete, not the address that is wrong.
+      out << who() << " registered with the scheduler at " << scheduler_address_
+          << " but had no node table after " << timeout
+          << " s: the job is still missing nodes. Start every node DMLC_NUM_SERVER and DMLC_NUM_WORKER "
+             "count, each with the same scenario (the scheduler's log names any registration it refused); "
+             "raise ps.connect_timeout if they start late.";
+    else
+      out << who() << " cannot reach the scheduler at " << scheduler_address_ << ": no node table after "
+          << timeout
+          << " s. Check DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT (scenario: roles.scheduler_host) and that the "
+             "scheduler is running; raise ps.connect_timeout if it starts late.";
     rt_.fail(out.str());
   });
+}
+
+std::string PsNode::who() const {
+  return std::string(role_name(role_)) + " " + std::to_string(rank_) + " on " + rt_.host_name();
 }
 
 void PsNode::send_to(NodeId to, Command command, const MessageHeader& fields, Payload payload) {
@@ -52,7 +67,29 @@ void PsNode::reply(const Message& request, Payload payload) {
 void PsNode::on_message(Message message) {
   if (phase_ == Phase::kStopped) return;
   const auto& h = message.header;
+  const bool from_scheduler = h.sender == kSchedulerId;
+  if (from_scheduler) scheduler_heard_ = rt_.now();
   switch (h.command) {
+    case Command::kRegister:
+    case Command::kNodeTable:
+    case Command::kBarrier:
+    case Command::kShutdown:
+    case Command::kFatal:
+      // The control plane is the scheduler's: these start, hold, end or fail the job, so a message
+      // from anyone else (a misdirected or forged frame) must not.
+      if (!from_scheduler) {
+        rt_.log("ignoring " + std::string(command_name(h.command)) + " from node " +
+                std::to_string(h.sender) + ": only the scheduler (node 1) sends it");
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  switch (h.command) {
+    case Command::kRegister:
+      if (h.is_response && phase_ == Phase::kRegistering) on_registration_answer(message);
+      return;
     case Command::kNodeTable:
       on_node_table(message);
       return;
@@ -71,6 +108,13 @@ void PsNode::on_message(Message message) {
         phase_ = Phase::kStopped;
         rt_.stop();
       }
+      return;
+    case Command::kHeartbeat:
+      return;  // the scheduler's reply: it is alive (noted above)
+    case Command::kFatal:
+      // The scheduler names the node that failed; it needs no notice back.
+      scheduler_gone_ = true;
+      rt_.fail("the job ended: " + decode_text(message.payload));
       return;
     case Command::kPush:
     case Command::kPull:
@@ -91,6 +135,51 @@ void PsNode::on_message(Message message) {
       rt_.log("ignoring unexpected " + std::string(command_name(h.command)) + " from node " +
               std::to_string(h.sender));
   }
+}
+
+void PsNode::on_registration_answer(const Message& message) {
+  if (message.header.key == kRegistrationAccepted) {
+    registered_ = true;
+    return;
+  }
+  std::string error;
+  const auto refusal = decode_refusal(message.payload, error);
+  if (!refusal) {
+    rt_.fail("the scheduler refused this node's registration; its refusal is malformed: " + error);
+    return;
+  }
+  // Name the fields that differ, as both sides have them, so the fix is plain.
+  std::map<std::string, std::string> theirs(refusal->job_fields.begin(), refusal->job_fields.end());
+  std::vector<std::string> differ;
+  for (const auto& [path, value] : job_fields(scenario_)) {
+    const auto it = theirs.find(path);
+    if (it == theirs.end())
+      differ.push_back(path + " = " + value + " here, not in the job's scenario");
+    else if (it->second != value)
+      differ.push_back(path + " = " + value + " here, " + it->second + " in the job");
+    if (it != theirs.end()) theirs.erase(it);
+  }
+  for (const auto& [path, value] : theirs)
+    differ.push_back(path + " = " + value + " in the job, not in this node's scenario");
+  std::ostringstream out;
+  out << "the scheduler refused the registration of " << who() << ": this node's scenario digest "
+      << job_digest_ << " differs from the job's " << refusal->job_digest;
+  if (!differ.empty()) {
+    out << "; fields that differ:";
+    constexpr std::size_t kShown = 8;
+    for (std::size_t i = 0; i < differ.size() && i < kShown; ++i) out << (i ? "; " : " ") << differ[i];
+    if (differ.size() > kShown) out << "; and " << differ.size() - kShown << " more";
+  }
+  out << ". Start every node with the same scenario file, --set overrides and DMLC_NUM_* / BYTEPS_* "
+         "environment.";
+  scheduler_gone_ = true;  // it knows
+  rt_.fail_configuration(out.str());
+}
+
+void PsNode::on_failing(std::string_view why) {
+  if (scheduler_gone_) return;
+  MessageHeader fields;
+  send_to(kSchedulerId, Command::kFatal, fields, encode_text(why));
 }
 
 void PsNode::on_node_table(const Message& message) {
@@ -116,11 +205,24 @@ void PsNode::on_node_table(const Message& message) {
   MessageHeader fields;
   fields.key = kAllGroups;
   send_to(kSchedulerId, Command::kBarrier, fields);
+  scheduler_heard_ = rt_.now();
   rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { heartbeat(); });
 }
 
 void PsNode::heartbeat() {
   if (phase_ == Phase::kStopped) return;
+  // The scheduler answers every heartbeat: silence this long means it died or the way to it did, and
+  // nobody is left to end the job (ps-lite's nodes wait forever).
+  const Seconds silent = rt_.now() - scheduler_heard_;
+  if (silent > scenario_.ps.heartbeat_timeout_s) {
+    std::ostringstream out;
+    out << "the scheduler (node 1 at " << scheduler_address_ << ") sent nothing for " << std::fixed
+        << std::setprecision(1) << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat
+        << std::setprecision(6) << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
+    scheduler_gone_ = true;
+    rt_.fail(out.str());
+    return;
+  }
   send_to(kSchedulerId, Command::kHeartbeat, MessageHeader{});
   rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { heartbeat(); });
 }

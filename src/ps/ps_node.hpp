@@ -33,6 +33,9 @@ class PsNode : public Node {
   void start() final;
   void on_message(Message message) final;
   std::string describe_state() const override;
+  // Tells the scheduler why this node stops (kFatal), so every other node learns it at once instead
+  // of after ps.heartbeat_timeout; not when the scheduler itself ended the job or is gone.
+  void on_failing(std::string_view why) final;
 
  protected:
   virtual void on_ready() = 0;                       // after the start barrier
@@ -56,9 +59,15 @@ class PsNode : public Node {
 
  private:
   void on_node_table(const Message& message);
+  void on_registration_answer(const Message& message);
   void heartbeat();
+  std::string who() const;  // "worker 1 on h3"
 
   std::string scheduler_address_;
+  std::string job_digest_;       // of our scenario's job_fields: the scheduler checks it at registration
+  bool registered_ = false;      // the scheduler accepted our registration (we wait for the node table)
+  Seconds scheduler_heard_ = 0;  // when the scheduler last sent us anything (a heartbeat reply at least)
+  bool scheduler_gone_ = false;  // it ended the job or went silent: no kFatal goes to it
   std::vector<NodeInfo> table_;
   std::optional<TimerId> connect_timer_;
   // Pushes and pulls that overtook our own barrier release (they travel on other connections):

@@ -1,11 +1,19 @@
 #include "ps/scheduler.hpp"
 
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "ps/ids.hpp"
 
 namespace pstwin {
+namespace {
+
+// Registrants have no id until the node table: answers to them (accepted, refused) go through
+// connection ids from here up, far above every server, worker and validator id.
+constexpr NodeId kRegistrantIdBase = NodeId{1} << 30;
+
+}  // namespace
 
 Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& observer)
     : rt_(runtime),
@@ -13,7 +21,10 @@ Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& ob
       observer_(observer),
       expected_servers_(scenario.roles.servers),
       expected_workers_(scenario.roles.workers),
-      expected_validators_(scenario.roles.validators) {
+      expected_validators_(scenario.roles.validators),
+      job_fields_(job_fields(scenario)),
+      job_digest_(job_digest(job_fields_)),
+      next_registrant_id_(kRegistrantIdBase) {
   if (scenario.lb.balancing == Balancing::kLb) {
     partitions_ = partition_tensors(scenario.declared_tensor_bytes(), scenario.ps.partition_bytes,
                                     scenario.roles.servers, scenario.ps.key_hash);
@@ -47,6 +58,9 @@ void Scheduler::on_message(Message message) {
       on_barrier(message);
       return;
     case Command::kHeartbeat:
+      // Answered, so a node can tell a dead scheduler from a quiet one (PsNode::heartbeat).
+      if (!h.is_response && std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; }))
+        send(h.sender, Command::kHeartbeat, true, 0);
       return;
     case Command::kLbReport:
       on_lb_report(message);
@@ -66,26 +80,87 @@ void Scheduler::on_message(Message message) {
         if (shutdown_acks_.size() == table_.size()) rt_.stop();
       }
       return;
-    case Command::kFatal:
-      rt_.fail("node " + std::to_string(h.sender) + " failed: " + decode_text(message.payload));
+    case Command::kFatal: {
+      const std::string text = decode_text(message.payload);
+      if (h.sender == kNoNode && table_.empty()) {
+        // A node that registered gave up waiting for the node table (its own text names it): the job
+        // cannot start as launched.
+        fail_job(kNoNode, "a node gave up before the node table was complete: " + text);
+        return;
+      }
+      if (!std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; })) {
+        rt_.log("scheduler: ignoring a fatal notice from node " + std::to_string(h.sender) +
+                ", which is not in the node table: " + text);
+        return;
+      }
+      fail_job(h.sender, describe_node(h.sender) + " failed: " + text);
       return;
+    }
     default:
       rt_.log("scheduler: ignoring " + std::string(command_name(h.command)) + " from node " +
               std::to_string(h.sender));
   }
 }
 
+std::string Scheduler::describe_node(NodeId id) const {
+  for (const auto& info : table_)
+    if (info.id == id)
+      return std::string(role_name(info.role)) + " " + std::to_string(info.rank) + " (node " +
+             std::to_string(id) + " at " + info.address + ")";
+  return "node " + std::to_string(id);
+}
+
+void Scheduler::fail_job(NodeId culprit, const std::string& text) {
+  if (culprit != kNoNode) gone_.insert(culprit);
+  relaying_ = true;
+  rt_.fail(text);  // on_failing tells everyone else
+}
+
+void Scheduler::on_failing(std::string_view why) {
+  // A failure of the scheduler's own (a signal, a lost connection) names the scheduler; one it
+  // relays already names the node at fault.
+  const Payload body = encode_text(relaying_ ? std::string(why)
+                                             : "the scheduler (node 1 at " + rt_.local_address() +
+                                                   ") failed: " + std::string(why));
+  for (const auto& info : table_)
+    if (!gone_.contains(info.id) && !shutdown_acks_.contains(info.id))
+      send(info.id, Command::kFatal, false, 0, body);
+}
+
+void Scheduler::answer_registrant(const NodeInfo& info, std::uint64_t answer, Payload body) {
+  const NodeId to = next_registrant_id_++;
+  rt_.connect(to, info.address);
+  send(to, Command::kRegister, true, answer, std::move(body));
+}
+
 void Scheduler::on_register(const Message& message) {
   std::string error;
-  auto info = decode_node_info(message.payload, error);
-  if (!info) {
+  auto registration = decode_registration(message.payload, error);
+  if (!registration) {
     rt_.log("scheduler: rejecting a malformed registration: " + error);
     return;
   }
+  auto* info = &registration->info;
   if (!table_.empty()) {
     rt_.log("scheduler: late registration from " + info->address + " ignored: the node table is complete");
     return;
   }
+  // A node configured for another job (another scenario file, --set or DMLC_NUM_*) would fail later
+  // in ways far from the cause ("no partition with key 4", a worker waiting forever): refuse it now,
+  // naming both digests; it names the fields that differ from the job's fields sent with the refusal.
+  if (!registration->job_digest.empty() && registration->job_digest != job_digest_) {
+    const std::string reason =
+        "its scenario digest " + registration->job_digest + " differs from the job's " + job_digest_;
+    rt_.log("scheduler: refused the registration of " + std::string(role_name(info->role)) + " at " +
+            info->address + ": " + reason + " (it is told which fields differ); still waiting for " +
+            std::to_string(expected_servers_ + expected_workers_ + expected_validators_ -
+                           static_cast<int>(registrations_.size())) +
+            " node(s)");
+    answer_registrant(*info, kRegistrationRefused, encode_refusal({job_digest_, job_fields_}));
+    return;
+  }
+  if (registration->job_digest.empty())
+    rt_.log("scheduler: " + info->address + " registered without a scenario digest: not checked");
   for (const auto& existing : registrations_) {
     if (existing.address == info->address) return;  // a retry
     if (existing.role == info->role && existing.rank >= 0 && existing.rank == info->rank) {
@@ -111,6 +186,7 @@ void Scheduler::on_register(const Message& message) {
              variable + ")");
     return;
   }
+  answer_registrant(*info, kRegistrationAccepted);
   registrations_.push_back(std::move(*info));
   if (static_cast<int>(registrations_.size()) == expected_servers_ + expected_workers_ + expected_validators_)
     assign_ids();
@@ -201,16 +277,17 @@ void Scheduler::broadcast(Command command, const std::vector<NodeId>& to) {
 }
 
 void Scheduler::check_heartbeats() {
-  if (shutting_down_) return;
   const Seconds now = rt_.now();
   for (const auto& info : table_) {
+    // A node that acknowledged the shutdown has stopped and sends nothing more.
+    if (shutdown_acks_.contains(info.id)) continue;
     const Seconds silent = now - last_seen_[info.id];
     if (silent > scenario_.ps.heartbeat_timeout_s) {
       std::ostringstream out;
-      out << role_name(info.role) << " " << info.rank << " (node " << info.id << " at " << info.address
-          << ") sent nothing for " << silent
-          << " s (ps.heartbeat_timeout = " << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
-      rt_.fail(out.str());
+      out << describe_node(info.id) << " sent no heartbeat for " << std::fixed << std::setprecision(1)
+          << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat << std::setprecision(6)
+          << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
+      fail_job(info.id, out.str());
       return;
     }
   }

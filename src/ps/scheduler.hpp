@@ -24,9 +24,17 @@ class Scheduler final : public Node {
   void start() override;
   void on_message(Message message) override;
   std::string describe_state() const override;
+  // Tells every live node why the job ends (kFatal naming the node that failed), so none waits for
+  // a peer that is gone: ps-lite's nodes would wait forever.
+  void on_failing(std::string_view why) override;
 
  private:
   void on_register(const Message& message);
+  // Answers a registration before the node has an id: through a connection of its own.
+  void answer_registrant(const NodeInfo& info, std::uint64_t answer, Payload body = {});
+  // Ends the job because `culprit` failed (kNoNode: none in the table): every other node is told.
+  void fail_job(NodeId culprit, const std::string& text);
+  std::string describe_node(NodeId id) const;  // "worker 1 (node 11 at 127.0.0.1:4242)"
   void assign_ids();
   void on_barrier(const Message& message);
   void on_lb_report(const Message& message);
@@ -48,6 +56,12 @@ class Scheduler final : public Node {
   std::set<NodeId> workers_done_;
   std::set<NodeId> shutdown_acks_;
   bool shutting_down_ = false;
+  // The job's fields and their digest (src/scenario job_fields): a registration must match them.
+  std::vector<std::pair<std::string, std::string>> job_fields_;
+  std::string job_digest_;
+  NodeId next_registrant_id_;  // connection ids for answers before the node table
+  std::set<NodeId> gone_;      // failed or left: told nothing more
+  bool relaying_ = false;      // the job fails for a node's failure (fail_job), not the scheduler's
   // ps.balancing = "lb" only.
   std::vector<PartitionSpec> partitions_;
   std::unique_ptr<LoadBalancer> balancer_;

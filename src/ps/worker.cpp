@@ -314,13 +314,12 @@ void Worker::on_app_message(Message message) {
   }
   switch (message.header.command) {
     case Command::kPush:
-      --pushes_unacked_;
-      kv_.on_push_ack(message);
+      if (kv_.on_push_ack(message)) --pushes_unacked_;
       return;
     case Command::kPushPull:
       // The acknowledgement and the aggregate in one reply.
+      if (!kv_.on_push_pull_reply(message)) return;
       --pushes_unacked_;
-      kv_.on_push_pull_reply(message);
       on_pull_response(std::move(message));
       return;
     default:

@@ -115,6 +115,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   else
     j["bound"] = nullptr;
   if (r.balancing) j["balancing"] = balancing_json(*r.balancing);
+  if (r.faults) j["faults"] = faults_json(*r.faults);
   j["nodes"] = ordered_json::array();
   for (const auto& n : r.nodes) j["nodes"].push_back(node_info_json(n));
   j["run_time_s"] = r.run_time_s;
@@ -255,6 +256,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
   if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
   if (j.contains("staleness")) r.staleness = staleness_from_json(j["staleness"]);
+  if (j.contains("faults")) r.faults = faults_from_json(j["faults"]);
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");
@@ -263,6 +265,42 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   r.trace_dropped = j.at("trace_dropped");
   r.wall_s = j.at("wall_s");
   return r;
+}
+
+nlohmann::ordered_json faults_json(const FaultCounts& c) {
+  return {{"injected",
+           {{"loss", c.lost},
+            {"duplicate", c.duplicated},
+            {"partition", c.partitioned},
+            {"clog", c.clogged},
+            {"clog_hold_s", c.clog_hold_s},
+            {"slow", c.slowed}}},
+          {"resend",
+           {{"enabled", c.resend_enabled},
+            {"resent", c.resent},
+            {"duplicates_dropped", c.duplicates_dropped},
+            {"acks", c.acks},
+            {"given_up", c.given_up}}},
+          {"first_drop", c.first_drop}};
+}
+
+FaultCounts faults_from_json(const nlohmann::ordered_json& j) {
+  FaultCounts c;
+  const auto& injected = j.at("injected");
+  c.lost = injected.at("loss");
+  c.duplicated = injected.at("duplicate");
+  c.partitioned = injected.at("partition");
+  c.clogged = injected.at("clog");
+  c.clog_hold_s = injected.at("clog_hold_s");
+  c.slowed = injected.at("slow");
+  const auto& resend = j.at("resend");
+  c.resend_enabled = resend.at("enabled");
+  c.resent = resend.at("resent");
+  c.duplicates_dropped = resend.at("duplicates_dropped");
+  c.acks = resend.at("acks");
+  c.given_up = resend.at("given_up");
+  c.first_drop = j.at("first_drop").get<std::string>();
+  return c;
 }
 
 std::string trace_json(const RunReport& report) {
@@ -381,6 +419,16 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
   if (r.validation)
     out << "  validators: " << r.validation->accepted << " of " << r.validation->judged
         << " updates accepted\n";
+  if (const auto& f = r.faults) {
+    out << "  faults injected: loss " << f->lost << ", duplicate " << f->duplicated << ", partition "
+        << f->partitioned << ", clog " << f->clogged << " (held " << f->clog_hold_s << " s), slow "
+        << f->slowed << " tasks\n";
+    if (f->resend_enabled)
+      out << "  resend: " << f->resent << " resent, " << f->duplicates_dropped << " duplicates dropped, "
+          << f->acks << " acks, " << f->given_up << " given up at stop\n";
+    else
+      out << "  resend: off\n";
+  }
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
   // The rate is the evidence for a race (crossed aggregates per aggregate), not only its existence.
   for (const auto& [name, t] : r.invariant_tallies)

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ps/control.hpp"
+#include "ps/faults.hpp"
 #include "ps/invariants.hpp"
 #include "scenario/scenario.hpp"
 
@@ -148,6 +149,7 @@ struct RunReport {
   std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;
+  std::optional<FaultCounts> faults;  // scenarios with [faults] or ps.resend (sim)
   std::vector<NodeInfo> nodes;
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
   std::uint64_t messages = 0;
@@ -194,6 +196,10 @@ NodeInfo node_info_from_json(const Json& j) {
 
 // Writes results.json, trace.json (if the scenario asks for it) and resolved.toml into `dir`.
 void write_outputs(const RunReport& report, const Scenario& scenario, const std::string& dir);
+
+// results.json's `faults` section and back.
+nlohmann::ordered_json faults_json(const FaultCounts& counts);
+FaultCounts faults_from_json(const nlohmann::ordered_json& json);
 
 // A few readable lines for the terminal. Violations are listed per invariant, the first few of each
 // (kViolationsShown), with a line saying how many more there are and to see `results_path` ("" =

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/digest.hpp"
 #include "scenario/units.hpp"
 
 namespace pstwin {
@@ -636,6 +637,139 @@ struct LinksCodec {
   }
 };
 
+// A probability of a fault per message: a number in [0, 1) (1 would lose or double everything).
+struct ProbabilityCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  std::string type() const { return "number in [0, 1)"; }
+  double read(const Value& v) const {
+    const double value = RealCodec{0}.read(v);
+    if (value >= 1) v.fail("must be below 1 (a probability per message), e.g. 0.05");
+    return value;
+  }
+  std::string write(double value) const { return units::format_number(value); }
+};
+
+// The members of one inline table of a fault list, each read once; an unknown key is refused.
+class FaultEntry {
+ public:
+  FaultEntry(const Value& v, std::span<const std::string_view> keys, std::string_view example)
+      : v_(v), keys_(keys) {
+    table_ = v.node.as_table();
+    if (table_ == nullptr) v.fail("expected a table, e.g. " + std::string(example));
+    for (const auto& [key, node] : *table_)
+      if (std::find(keys.begin(), keys.end(), key.str()) == keys.end())
+        v.member(key.str(), node)
+            .fail("unknown key; a " + std::string(leaf_of(v.path.substr(0, v.path.find('[')))) +
+                  " entry has " + choices_text(keys));
+  }
+  const toml::node* get(std::string_view key) const { return table_->get(key); }
+  Value member(std::string_view key) const { return v_.member(key, *table_->get(key)); }
+  double duration(std::string_view key, std::optional<double> fallback, bool positive = false) const {
+    if (get(key) == nullptr) {
+      if (!fallback) v_.fail("needs " + std::string(key) + " (a duration, e.g. \"1s\")");
+      return *fallback;
+    }
+    return QuantityCodec{Quantity::kDuration, positive}.read(member(key));
+  }
+  FaultSide side() const {
+    FaultSide out;
+    const bool hosts = get("hosts") != nullptr, nodes = get("nodes") != nullptr;
+    if (hosts == nodes) v_.fail("needs exactly one of hosts = [\"h1\", ...] or nodes = [\"worker 1\", ...]");
+    if (hosts) out.hosts = StringListCodec{"host name", "[\"h1\"]"}.read(member("hosts"));
+    if (nodes) out.nodes = StringListCodec{"node name", "[\"worker 1\"]"}.read(member("nodes"));
+    if (out.hosts.empty() && out.nodes.empty())
+      v_.fail("names no host or node; list at least one, e.g. hosts = [\"h1\"]");
+    return out;
+  }
+
+ private:
+  const Value& v_;
+  std::span<const std::string_view> keys_;
+  const toml::table* table_ = nullptr;
+};
+
+std::string write_side(const FaultSide& side) {
+  const auto& list = side.hosts.empty() ? side.nodes : side.hosts;
+  return std::string(side.hosts.empty() ? "nodes = " : "hosts = ") + StringListCodec{}.write(list);
+}
+
+std::string duration_text(double seconds) {
+  return units::format_real(Quantity::kDuration, seconds);
+}
+
+// An array of inline tables, one fault each: `Entry` reads one (FaultEntry) and writes one.
+template <typename T, typename Reader, typename Writer>
+struct FaultListCodec {
+  static constexpr bool kWantsString = false;
+  static constexpr bool kIsList = false;
+  std::string_view description;
+  std::string_view example;
+  Reader read_one;
+  Writer write_one;
+  std::string type() const { return "array of tables " + std::string(description); }
+  std::vector<T> read(const Value& v) const {
+    const auto* array = v.node.as_array();
+    if (array == nullptr) v.fail("expected an array of tables, e.g. [" + std::string(example) + "]");
+    std::vector<T> items;
+    for (std::size_t i = 0; i < array->size(); ++i) items.push_back(read_one(v.element(i, *array->get(i))));
+    return items;
+  }
+  std::string write(const std::vector<T>& items) const {
+    std::vector<std::string> texts;
+    for (const auto& item : items) texts.push_back("{ " + write_one(item) + " }");
+    return "[" + join(texts, ", ") + "]";
+  }
+};
+template <typename T, typename Reader, typename Writer>
+FaultListCodec<T, Reader, Writer> fault_list(std::string_view description, std::string_view example,
+                                             Reader reader, Writer writer) {
+  return {description, example, reader, writer};
+}
+
+constexpr std::array<std::string_view, 4> kPartitionKeys{"hosts", "nodes", "from", "until"};
+constexpr std::array<std::string_view, 4> kClogKeys{"hosts", "nodes", "from", "duration"};
+constexpr std::array<std::string_view, 4> kSlowKeys{"node", "factor", "from", "until"};
+constexpr std::string_view kPartitionExample = "{ hosts = [\"h1\"], from = \"1s\", until = \"2s\" }";
+constexpr std::string_view kClogExample = "{ nodes = [\"server 0\"], from = \"1s\", duration = \"50ms\" }";
+constexpr std::string_view kSlowExample =
+    "{ node = \"worker 1\", factor = 3, from = \"0s\", until = \"2s\" }";
+constexpr std::array<std::string_view, 3> kMessageClasses{"all", "control", "data"};
+
+PartitionFault read_partition(const Value& v) {
+  const FaultEntry e(v, kPartitionKeys, kPartitionExample);
+  return {e.side(), e.duration("from", 0.0), e.duration("until", std::nullopt)};
+}
+std::string write_partition(const PartitionFault& p) {
+  return write_side(p.side) + ", from = " + duration_text(p.from_s) + ", until = " + duration_text(p.until_s);
+}
+ClogFault read_clog(const Value& v) {
+  const FaultEntry e(v, kClogKeys, kClogExample);
+  return {e.side(), e.duration("from", 0.0), e.duration("duration", std::nullopt, /*positive=*/true)};
+}
+std::string write_clog(const ClogFault& c) {
+  return write_side(c.side) + ", from = " + duration_text(c.from_s) +
+         ", duration = " + duration_text(c.duration_s);
+}
+SlowFault read_slow(const Value& v) {
+  const FaultEntry e(v, kSlowKeys, kSlowExample);
+  SlowFault slow;
+  if (e.get("node") == nullptr) v.fail("needs node = \"worker 1\" (a node name as in results.json)");
+  slow.node = StringCodec{}.read(e.member("node"));
+  if (e.get("factor") == nullptr) v.fail("needs factor, how many times longer its tasks take, e.g. 3");
+  slow.factor = RealCodec{0}.read(e.member("factor"));
+  if (!(slow.factor >= 1)) e.member("factor").fail("must be at least 1 (1: no slowdown), e.g. 3");
+  slow.from_s = e.duration("from", 0.0);
+  slow.until_s = e.duration("until", std::numeric_limits<double>::infinity());
+  return slow;
+}
+std::string write_slow(const SlowFault& s) {
+  std::string text = "node = " + quote_string(s.node) + ", factor = " + units::format_number(s.factor) +
+                     ", from = " + duration_text(s.from_s);
+  if (std::isfinite(s.until_s)) text += ", until = " + duration_text(s.until_s);
+  return text;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The registry
 
@@ -763,6 +897,19 @@ std::vector<Field> make_registry() {
                          "A node silent this long counts as dead; must exceed ps.heartbeat_interval."));
   f.push_back(make_field("ps.connect_timeout", PSTWIN_MEMBER(ps.connect_timeout_s), positive_duration,
                          "How long a node waits for the scheduler's node table."));
+  f.push_back(Field{
+      .path = "ps.resend",
+      .doc = "Acknowledge every message and resend it until acknowledged; receivers drop duplicates by "
+             "(sender, sequence) (ps-lite's Resender, docs/FAULTS.md). Default: on when faults.loss, "
+             "faults.duplicate or faults.partitions is set, else off.",
+      .type = "boolean",
+      .read = [](const Value& v, Scenario& s) { s.ps.resend = BoolCodec{}.read(v); },
+      .write = [](const Scenario& s) { return BoolCodec{}.write(s.resend_enabled()); },
+  });
+  f.push_back(make_field("ps.resend_timeout", PSTWIN_MEMBER(ps.resend_timeout_s), positive_duration,
+                         "With ps.resend: resend a message not acknowledged this long after it was sent, "
+                         "and again every as long; a message unacknowledged for ps.heartbeat_timeout fails "
+                         "the run."));
   // Load balancing (FPT's LBScheduler): ps.balancing and [lb]
   f.push_back(make_field("ps.balancing", PSTWIN_MEMBER(lb.balancing), EnumCodec<Balancing>{kBalancingNames},
                          "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "
@@ -1055,6 +1202,35 @@ std::vector<Field> make_registry() {
   // [faults]
   f.push_back(make_field("faults.scheduler_start_delay", PSTWIN_MEMBER(faults.scheduler_start_delay_s),
                          duration, "Start the scheduler this late (exercises ps.connect_timeout)."));
+  f.push_back(
+      make_field("faults.loss", PSTWIN_MEMBER(faults.loss), ProbabilityCodec{},
+                 "Probability that a message of faults.message_class is lost (never delivered). "
+                 "Drawn per message from the sender's stream \"faults.loss\"; ps.resend recovers it."));
+  f.push_back(make_field("faults.duplicate", PSTWIN_MEMBER(faults.duplicate), ProbabilityCodec{},
+                         "Probability that a message of faults.message_class is delivered twice (stream "
+                         "\"faults.duplicate\"); ps.resend drops the second copy."));
+  f.push_back(
+      make_field("faults.message_class", PSTWIN_MEMBER(faults.message_class), ChoiceCodec{kMessageClasses},
+                 "Which messages faults.loss and faults.duplicate hit: \"data\" (push, pull, push-pull "
+                 "and their responses), \"control\" (the rest: node table, barrier, heartbeats, acks, "
+                 "shutdown, ...) or \"all\". Registration (a node without an id) is never hit."));
+  f.push_back(make_field(
+      "faults.partitions", PSTWIN_MEMBER(faults.partitions),
+      fault_list<PartitionFault>("{ hosts | nodes, from, until }", kPartitionExample, read_partition,
+                                 write_partition),
+      "Network partitions: a message between the listed hosts (or nodes) and the rest that arrives in "
+      "[from, until) is dropped. Hosts \"h1\", nodes as in results.json (\"worker 1\")."));
+  f.push_back(make_field(
+      "faults.clog", PSTWIN_MEMBER(faults.clogs),
+      fault_list<ClogFault>("{ hosts | nodes, from, duration }", kClogExample, read_clog, write_clog),
+      "Clogged connections: a message between the listed hosts (or nodes) and the rest "
+      "that would start in [from, from + duration) waits until the end, then flows in "
+      "order; nothing is lost."));
+  f.push_back(
+      make_field("faults.slow", PSTWIN_MEMBER(faults.slow),
+                 fault_list<SlowFault>("{ node, factor, from, until }", kSlowExample, read_slow, write_slow),
+                 "Slow nodes: the node's executor tasks (compute, engine, copy, push) that start in "
+                 "[from, until) take factor x as long; until absent: to the end."));
   return f;
 }
 
@@ -1346,6 +1522,7 @@ class Validator {
     if (s_.workload.kind == WorkloadKind::kMlp) check_train();
     check_device();
     check_zeno();
+    check_faults();
   }
 
  private:
@@ -1525,6 +1702,67 @@ class Validator {
                    "; use one of them or set cluster.hosts");
   }
 
+  bool node_exists(std::string_view name) const {
+    if (name == "scheduler") return true;
+    for (const auto& [role, count] : {std::pair<std::string_view, int>{"server", s_.roles.servers},
+                                      {"worker", s_.roles.workers},
+                                      {"validator", s_.roles.validators}}) {
+      if (!name.starts_with(role) || name.size() < role.size() + 2 || name[role.size()] != ' ') continue;
+      const auto digits = name.substr(role.size() + 1);
+      int rank = -1;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+      if (ec == std::errc{} && end == digits.data() + digits.size() && rank >= 0 && rank < count &&
+          std::to_string(rank) == digits)
+        return true;
+    }
+    return false;
+  }
+
+  void check_node(std::string_view path, std::string_view where, std::string_view name) const {
+    if (node_exists(name)) return;
+    fail(path, std::string(where) + "node " + quote_string(name) +
+                   " does not exist; nodes are \"scheduler\", " + "\"server 0\"..\"server " +
+                   std::to_string(s_.roles.servers - 1) + "\", \"worker 0\"..\"worker " +
+                   std::to_string(s_.roles.workers - 1) + "\"" +
+                   (s_.roles.validators > 0
+                        ? ", \"validator 0\"..\"validator " + std::to_string(s_.roles.validators - 1) + "\""
+                        : std::string()) +
+                   " (as in results.json); use one of them");
+  }
+
+  void check_side(std::string_view path, const std::string& where, const FaultSide& side) const {
+    for (const auto& host : side.hosts)
+      if (!host_exists(host)) check_host(path, host);  // fails naming the hosts that exist
+    for (const auto& node : side.nodes) check_node(path, where, node);
+  }
+
+  void check_window(std::string_view path, const std::string& where, double from, double until,
+                    std::string_view fix) const {
+    if (until > from) return;
+    fail(path, where + "until (" + units::format_real(Quantity::kDuration, until) +
+                   ") must come after from (" + units::format_real(Quantity::kDuration, from) + "); " +
+                   std::string(fix));
+  }
+
+  void check_faults() const {
+    const auto& f = s_.faults;
+    auto entry = [](std::size_t i) { return "entry " + std::to_string(i) + ": "; };
+    for (std::size_t i = 0; i < f.partitions.size(); ++i) {
+      check_side("faults.partitions", entry(i), f.partitions[i].side);
+      check_window("faults.partitions", entry(i), f.partitions[i].from_s, f.partitions[i].until_s,
+                   "swap or widen them");
+    }
+    for (std::size_t i = 0; i < f.clogs.size(); ++i) check_side("faults.clog", entry(i), f.clogs[i].side);
+    for (std::size_t i = 0; i < f.slow.size(); ++i) {
+      check_node("faults.slow", entry(i), f.slow[i].node);
+      check_window("faults.slow", entry(i), f.slow[i].from_s, f.slow[i].until_s,
+                   "swap them, or leave until out to slow it to the end");
+    }
+    if (s_.resend_enabled() && s_.ps.resend_timeout_s >= s_.ps.heartbeat_timeout_s)
+      fail("ps.resend_timeout", "must be below " + at("ps.heartbeat_timeout", false) +
+                                    " (a message unacknowledged that long fails the run); lower it");
+  }
+
   void check_hosts() const {
     if (!s_.roles.scheduler_host.empty()) check_host("roles.scheduler_host", s_.roles.scheduler_host);
     for (const auto& host : s_.roles.server_hosts) check_host("roles.server_hosts", host);
@@ -1702,6 +1940,55 @@ std::string resolved_toml(const Scenario& scenario) {
     out += toml_key(leaf_of(field.path)) + " = " + field.write(scenario) + "\n";
   }
   return out;
+}
+
+namespace {
+
+// Whole tables and single fields that do not define the job (see job_fields in scenario.hpp).
+constexpr std::array<std::string_view, 8> kNodeLocalTables{"output",  "invariants",   "run", "cluster",
+                                                           "network", "perturbation", "sim", "faults"};
+constexpr std::array<std::string_view, 8> kNodeLocalFields{"name",
+                                                           "description",
+                                                           "ps.connect_timeout",
+                                                           "train.dataset",
+                                                           "roles.scheduler_host",
+                                                           "roles.server_hosts",
+                                                           "roles.worker_hosts",
+                                                           "roles.validator_hosts"};
+
+bool defines_job(const Scenario& scenario, std::string_view path) {
+  if (std::ranges::find(kNodeLocalTables, parent_of(path)) != kNodeLocalTables.end()) return false;
+  if (std::ranges::find(kNodeLocalFields, path) != kNodeLocalFields.end()) return false;
+  if (path == "seed")
+    return scenario.workload.kind == WorkloadKind::kMlp || scenario.train.participation < 1 ||
+           scenario.train.drop_rate > 0;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> job_fields(const Scenario& scenario) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (const Field& field : Schema::get().fields())
+    if (defines_job(scenario, field.path))
+      fields.emplace_back(std::string(field.path), field.write(scenario));
+  return fields;
+}
+
+std::string job_digest(const std::vector<std::pair<std::string, std::string>>& fields) {
+  Digest digest;
+  for (const auto& [path, value] : fields) {
+    // Lengths first, so no two lists of fields run together into the same bytes.
+    digest.update_u64(path.size());
+    digest.update(std::as_bytes(std::span(path.data(), path.size())));
+    digest.update_u64(value.size());
+    digest.update(std::as_bytes(std::span(value.data(), value.size())));
+  }
+  return digest.hex();
+}
+
+std::string job_digest(const Scenario& scenario) {
+  return job_digest(job_fields(scenario));
 }
 
 std::string scenario_reference_markdown() {

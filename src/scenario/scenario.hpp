@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -70,6 +72,9 @@ struct PsConfig {
   double heartbeat_interval_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double connect_timeout_s = 10.0;  // how long a node waits for the scheduler's node table
+  // Acknowledge and resend (docs/FAULTS.md); unset: on when a fault may drop or double messages.
+  std::optional<bool> resend;
+  double resend_timeout_s = 1.0;  // ps-lite's PS_RESEND_TIMEOUT default
   int max_staleness = 0;  // async: refuse a push more than this many key versions behind; 0 = unbounded
 };
 
@@ -224,8 +229,53 @@ struct LbConfig {
   bool worker_aggregators = false;  // workers own and aggregate ranges of keys too (docs/FPT.md)
 };
 
+// [faults] (docs/FAULTS.md). One side of a partition or clog: hosts ("h1") or nodes ("worker 1", as in
+// results.json); exactly one of the two lists is set. Traffic between that side and everything else is hit.
+struct FaultSide {
+  std::vector<std::string> hosts;
+  std::vector<std::string> nodes;
+  friend bool operator==(const FaultSide&, const FaultSide&) = default;
+};
+
+// Messages between the side and the rest are dropped while simulated time is in [from, until).
+struct PartitionFault {
+  FaultSide side;
+  double from_s = 0;
+  double until_s = 0;
+  friend bool operator==(const PartitionFault&, const PartitionFault&) = default;
+};
+
+// Messages between the side and the rest that would start in [from, from + duration) wait until its end,
+// then flow in order (FoundationDB's clogging).
+struct ClogFault {
+  FaultSide side;
+  double from_s = 0;
+  double duration_s = 0;
+  friend bool operator==(const ClogFault&, const ClogFault&) = default;
+};
+
+// The node's executor tasks (compute, engine, copy, push) that start in [from, until) take `factor` x
+// as long.
+struct SlowFault {
+  std::string node;
+  double factor = 1;
+  double from_s = 0;
+  double until_s = std::numeric_limits<double>::infinity();
+  friend bool operator==(const SlowFault&, const SlowFault&) = default;
+};
+
 struct FaultsConfig {
   double scheduler_start_delay_s = 0;  // start the scheduler late (tests the connect timeout)
+  double loss = 0;                     // probability that a message is lost, in [0, 1)
+  double duplicate = 0;                // probability that a message is delivered twice, in [0, 1)
+  std::string message_class = "all";   // what loss and duplicate hit: "all" | "control" | "data"
+  std::vector<PartitionFault> partitions;
+  std::vector<ClogFault> clogs;
+  std::vector<SlowFault> slow;
+
+  // Whether any fault may drop or double a message (the default of ps.resend).
+  bool drops_or_doubles() const { return loss > 0 || duplicate > 0 || !partitions.empty(); }
+  bool any() const { return drops_or_doubles() || !clogs.empty() || !slow.empty(); }
 };
 
 struct Scenario {
@@ -263,6 +313,8 @@ struct Scenario {
   std::string validator_host_name(int rank) const;
   // A host's link: its [cluster.links.HOST] override, else cluster.host_bandwidth and host_latency.
   LinkSpec host_link(const std::string& host) const;
+  // ps.resend as resolved: the field if set, else whether a fault may drop or double messages.
+  bool resend_enabled() const { return ps.resend.value_or(faults.drops_or_doubles()); }
 };
 
 // Thrown for any scenario problem; what() names the file, line (when known), field, value and a fix.
@@ -281,6 +333,18 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
 
 // The fully resolved scenario as TOML (every field, defaults included), loadable again.
 std::string resolved_toml(const Scenario& scenario);
+
+// The fields every node of one job must agree on, as (path, value text) in registry order: what a
+// node registering with the scheduler is checked against (src/ps/scheduler.cpp). Left out: labels
+// (name, description), what each node records or checks of itself (output, invariants), its own
+// waits and limits (ps.connect_timeout, run), the simulator's platform, placement, network, jitter
+// and faults (cluster, roles.*_host(s), network, perturbation, sim, faults), paths on each machine
+// (train.dataset), and the seed unless something the nodes share is drawn from it (the MLP's initial
+// model and shards, train.participation and drop_rate round plans). A field added later counts.
+std::vector<std::pair<std::string, std::string>> job_fields(const Scenario& scenario);
+// A 16-hex-digit digest (core/digest.hpp) of job_fields(): equal digests, same job.
+std::string job_digest(const Scenario& scenario);
+std::string job_digest(const std::vector<std::pair<std::string, std::string>>& fields);
 
 // Reference of every field (path, type, default, meaning) as Markdown tables, one per TOML table,
 // generated from the field registry; docs/SCENARIOS.md embeds it (a test keeps the two in sync).
