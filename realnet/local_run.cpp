@@ -5,6 +5,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cuda/cuda_tensors.hpp"
 #include "ps/resend.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
@@ -17,7 +18,7 @@ namespace pstwin::realnet {
 // Not modelled yet: scheduler start delay, start/executor/delivery jitter (perturbation.*).
 RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  const zeno::JobRoles roles(sc);
+  const zeno::JobRoles roles(sc, cuda::device_factory());
   RunObservers observers(sc, roles.training());
   LockedObserver observer(observers.fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});

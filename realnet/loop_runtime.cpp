@@ -168,7 +168,9 @@ void ThreadExecutor::submit(int lane, std::string_view label, ComputeCost cost, 
                             std::function<void()> done) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
   const bool nothing_to_do = cost.seconds <= 0 && cost.flops <= 0 && !work;
-  const bool tiny = inline_below_s_ > 0 && cost.flops <= 0 && cost.seconds < inline_below_s_;
+  // Device work (a GPU copy that waits for its stream) always runs on the lane: it would stall the loop.
+  const bool tiny =
+      inline_below_s_ > 0 && cost.flops <= 0 && cost.device_seconds <= 0 && cost.seconds < inline_below_s_;
   {
     std::lock_guard lock(target.mutex);
     if (!(nothing_to_do || tiny) || target.busy || !target.tasks.empty()) {

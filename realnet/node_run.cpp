@@ -15,6 +15,7 @@
 
 #include "core/codec.hpp"
 #include "core/digest.hpp"
+#include "cuda/cuda_tensors.hpp"
 #include "ps/balance.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
@@ -245,7 +246,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       std::cerr << line + "\n";
   };
   const std::string label = label_of(env);
-  const zeno::JobRoles roles(sc);
+  const zeno::JobRoles roles(sc, cuda::device_factory());
   const SyntheticWorkload& workload = roles.workload();
   InvariantChecker checker(sc, workload);
   NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });

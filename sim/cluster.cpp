@@ -292,13 +292,15 @@ void SimExecutor::run_lane(Lane& lane) {
     if (jitter > 0) s4u::this_actor::sleep_for(node_.random("executor.jitter").uniform(0, jitter));
     const Seconds start = s4u::Engine::get_clock();
     if (const double factor = node_.cluster().faults().slow_factor(start, node_.label());
-        factor != 1 && (task.cost.flops > 0 || task.cost.seconds > 0)) {
+        factor != 1 && (task.cost.flops > 0 || task.cost.seconds > 0 || task.cost.device_seconds > 0)) {
       task.cost.flops *= factor;
       task.cost.seconds *= factor;
+      task.cost.device_seconds *= factor;
       ++node_.cluster().fault_counts().slowed;
     }
     if (task.cost.flops > 0) s4u::this_actor::execute(task.cost.flops);
-    if (task.cost.seconds > 0) s4u::this_actor::sleep_for(task.cost.seconds);
+    if (task.cost.seconds + task.cost.device_seconds > 0)
+      s4u::this_actor::sleep_for(task.cost.seconds + task.cost.device_seconds);
     if (task.work) task.work();
     node_.trace_lane(lane.name, name_, task.label, start, s4u::Engine::get_clock());
     node_.post(std::move(task.done));

@@ -19,10 +19,12 @@ ALLOWED = {
     "train": {"train", "ps", "scenario", "core"},
     "report": {"report", "ps", "scenario", "core"},
     "zeno_roles": {"zeno_roles", "zeno_rules", "train", "ps", "scenario", "core"},
+    "cuda": {"cuda", "ps", "scenario", "core"},  # the CUDA device path, for the real backends only
 }
 BACKEND = {"sim", "realnet"}
 for backend in BACKEND:
     ALLOWED[backend] = {backend, "report", "zeno_roles", "zeno_rules", "train", "ps", "scenario", "core", "fpt"}
+ALLOWED["realnet"].add("cuda")  # the simulator models the device (ps/device.hpp EmulatedDevice)
 ALLOWED["cli"] = set(ALLOWED) | {"cli"}
 ZENO_RULES = {"rules", "attacks", "vector_math", "config_support"}
 
@@ -52,7 +54,7 @@ def main() -> int:
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     offences = []
     files = [p for d in ("src", "sim", "realnet") for p in sorted((root / d).rglob("*"))
-             if p.suffix in (".cpp", ".hpp")]
+             if p.suffix in (".cpp", ".hpp", ".cu")]
     for path in files:
         layer = source_layer(root, path)
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

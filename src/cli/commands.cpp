@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/random.hpp"
+#include "cuda/cuda_tensors.hpp"
 #include "realnet/job_run.hpp"
 #include "realnet/netns_cluster.hpp"
 #include "realnet/node_env.hpp"
@@ -345,6 +346,15 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
 int run_job(const CommonOptions& common, const RunOptions& options) {
   Scenario scenario = load(common);
   if (options.seed) scenario.seed = *options.seed;
+  if (scenario.workload.device == DeviceKind::kCuda) {
+    // Said once here rather than by every worker process (each would fail the same way).
+    const auto available = cuda::availability();
+    if (available.devices == 0) {
+      std::cerr << "pstwin: workload.device = \"cuda\": no CUDA device: " << available.why
+                << " (the simulator needs none: pstwin sim)\n";
+      return 2;
+    }
+  }
   const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
   realnet::JobRunOptions job;
   job.scenario_path = std::filesystem::absolute(common.scenario_path).string();

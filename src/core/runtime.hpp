@@ -20,9 +20,13 @@
 namespace pstwin {
 
 // Modelled cost of a piece of work: a duration, a FLOP count (run on the host's cores), or both.
+// `device_seconds` is the modelled time of device work that `work` really does in the real backend (a
+// copy between GPU and host): the simulator charges it like `seconds`, the real backend does not sleep
+// it, since the real copy takes its own time, and never runs such a task on the event loop.
 struct ComputeCost {
   Seconds seconds = 0;
   double flops = 0;
+  Seconds device_seconds = 0;
 };
 
 // Work that real systems do on other threads: server engine threads, a worker's copy and push

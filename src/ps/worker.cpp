@@ -12,10 +12,11 @@
 namespace pstwin {
 
 Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
-               const TrainingModel* training)
+               const TrainingModel* training, std::unique_ptr<DeviceTensors> device)
     : PsNode(context, Role::kWorker, rank),
       workload_(workload),
       training_(training),
+      device_(std::move(device)),
       plan_(context.scenario, workload),
       compute_stage_(context.runtime.executor("compute", 1)),
       copy_stage_(context.runtime.executor("copy", 1)),
@@ -32,6 +33,9 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
           [this](const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) {
             fill_push(partition, iteration, out);
           }) {
+  // The scenario keeps the device to the synthetic workload with staging (Validator::check_device).
+  PSTWIN_ASSERT(!device_ || (!training_ && scenario_.staging.enabled),
+                "device tensors need synthetic staging");
   if (training_) {
     gradients_ = training_->worker(rank);
     const auto initial = training_->initial_parameters();
@@ -231,15 +235,51 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   // Copy-in and push-out are separate executor steps, as in BytePS: whatever another process
   // writes into a shared buffer between them is what gets sent.
   std::shared_ptr<ByteBuffer> region = phantom ? nullptr : staging_buffer(partition);
-  const ComputeCost copy_cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
   const std::uint32_t iteration = iteration_;
-  auto copy_in = [this, region, &partition, iteration] {
-    if (region) fill_push(partition, iteration, region->floats());
-  };
   auto staged = [this, region, &partition, phantom] {
     kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
   };
+  if (device_) {
+    // The values are produced on the device (the backward pass's output), then copied device -> host
+    // into the staging buffer: a PCIe copy, which the simulator charges and the real backend does.
+    auto copy_in = [this, region, &partition, iteration] {
+      if (!region) return;
+      device_->produce(partition, iteration);
+      device_->copy_out(partition, region);
+    };
+    submit_device_work(copy_stage_, "copy", ComputeCost{.device_seconds = pcie_seconds(partition.bytes)},
+                       std::move(copy_in), std::move(staged));
+    return;
+  }
+  const ComputeCost copy_cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
+  auto copy_in = [this, region, &partition, iteration] {
+    if (region) fill_push(partition, iteration, region->floats());
+  };
   copy_stage_.submit(0, "copy", copy_cost, std::move(copy_in), std::move(staged));
+}
+
+Seconds Worker::pcie_seconds(std::uint64_t bytes) const {
+  return static_cast<double>(bytes) / scenario_.cluster.pcie_bandwidth_Bps;
+}
+
+void Worker::submit_device_work(Executor& stage, std::string_view label, ComputeCost cost,
+                                std::function<void()> work, std::function<void()> done) {
+  auto error = std::make_shared<std::string>();  // written by `work` on the lane, read by `done` after it
+  auto guarded = [work = std::move(work), error] {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+  };
+  auto checked = [this, error, done = std::move(done)] {
+    if (!error->empty()) {
+      rt_.fail("worker " + std::to_string(rank_) + " (" + device_->describe() + "): " + *error);
+      return;
+    }
+    done();
+  };
+  stage.submit(0, label, cost, std::move(guarded), std::move(checked));
 }
 
 void Worker::on_decision(const Message& message) {
@@ -346,6 +386,21 @@ void Worker::on_pull_response(Message message) {
   if (decisions_ && message.header.sender != rt_.self())
     monitor_.received(iteration_, message.header.sender, message.payload.size() + kHeaderBytes, rt_.now());
   observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
+  if (device_) {
+    // The aggregate goes back to the device (host -> device on the copy lane) before the pull counts.
+    const auto& partition = workload_.partition(message.header.key);
+    const Seconds cost = pcie_seconds(message.payload.size());
+    auto to_device = [this, &partition, payload = message.payload] {
+      if (!payload.is_phantom()) device_->copy_in(partition, payload.floats());
+    };
+    submit_device_work(copy_stage_, "pull copy", ComputeCost{.device_seconds = cost}, std::move(to_device),
+                       [this, message = std::move(message)]() mutable { apply_pull(std::move(message)); });
+    return;
+  }
+  apply_pull(std::move(message));
+}
+
+void Worker::apply_pull(Message message) {
   if (training_) {
     const auto& partition = workload_.partition(message.header.key);
     if (message.payload.size() != partition.bytes) {

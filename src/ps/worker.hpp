@@ -8,6 +8,9 @@
 // server's Aggregator behind a RangeIntake; its own pushes to that range go to itself.
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
 // worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
+// With DeviceTensors (workload.device = "cuda", ps/device.hpp) the values live on the device: the copy
+// step produces them there and copies them device -> host into the staging buffer, and every pulled
+// aggregate is copied host -> device on the copy lane before the pull counts as done.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 
 #include "ps/aggregator.hpp"
 #include "ps/balance.hpp"
+#include "ps/device.hpp"
 #include "ps/kv_client.hpp"
 #include "ps/lb_intake.hpp"
 #include "ps/ps_node.hpp"
@@ -28,9 +32,10 @@ namespace pstwin {
 
 class Worker final : public PsNode {
  public:
-  // `training` (may be null: synthetic values) must outlive the worker.
+  // `training` (may be null: synthetic values) must outlive the worker. `device`: where the synthetic
+  // values live with workload.device = "cuda" (null: host memory, no device copies).
   Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
-         const TrainingModel* training = nullptr);
+         const TrainingModel* training = nullptr, std::unique_ptr<DeviceTensors> device = nullptr);
 
  private:
   void on_ready() override;
@@ -52,6 +57,11 @@ class Worker final : public PsNode {
   void stage_and_push(const PartitionSpec& partition);
   void pull_only();  // a round this worker sits out (train.participation): only the model
   void on_pull_response(Message message);
+  void apply_pull(Message message);  // the pulled aggregate is where it belongs: count it
+  // Device work on a lane: an exception it throws (a CUDA error) fails the run instead of `done`.
+  void submit_device_work(Executor& stage, std::string_view label, ComputeCost cost,
+                          std::function<void()> work, std::function<void()> done);
+  Seconds pcie_seconds(std::uint64_t bytes) const;
   std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);
   // What this worker pushes for `partition`: synthetic values, or its gradient slice.
   void fill_push(const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) const;
@@ -63,6 +73,7 @@ class Worker final : public PsNode {
 
   const SyntheticWorkload& workload_;
   const TrainingModel* training_;
+  std::unique_ptr<DeviceTensors> device_;      // workload.device = "cuda" only
   std::unique_ptr<GradientSource> gradients_;  // training only
   RoundPlan plan_;                             // train.participation / train.drop_rate
   std::vector<float> params_, grad_;           // training only: the replica and its gradient

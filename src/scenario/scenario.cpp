@@ -62,6 +62,8 @@ constexpr std::array<std::pair<PushPullMode, std::string_view>, 2> kPushPullName
     {{PushPullMode::kSeparate, "separate"}, {PushPullMode::kFused, "fused"}}};
 constexpr std::array<std::pair<Balancing, std::string_view>, 2> kBalancingNames{
     {{Balancing::kHash, "hash"}, {Balancing::kLb, "lb"}}};
+constexpr std::array<std::pair<DeviceKind, std::string_view>, 2> kDeviceNames{
+    {{DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 3> kSimNetworkModels{"simgrid", "flow", "fifo"};
 constexpr std::array<std::string_view, 3> kFifoHosts{"epoll", "kernel-pacing", "turns"};
@@ -868,6 +870,12 @@ std::vector<Field> make_registry() {
                          bandwidth, "`two-tier` only: bandwidth of each rack's uplink."));
   f.push_back(make_field("cluster.rack_uplink_latency", PSTWIN_MEMBER(cluster.rack_uplink_latency_s),
                          duration, "`two-tier` only: latency of each rack's uplink."));
+  f.push_back(make_field(
+      "cluster.pcie_bandwidth", PSTWIN_MEMBER(cluster.pcie_bandwidth_Bps), bandwidth,
+      "workload.device = \"cuda\": speed of each worker's copies between its GPU and host memory (the "
+      "copy-in device -> host into the staging buffer, each pulled aggregate host -> device), charged on "
+      "the worker's copy lane by the simulator; the real backend's copies take what the bus gives. 12 GB/s "
+      "is what pinned copies reach on PCIe 4.0 x16 in practice (about 25 GB/s on PCIe 5.0)."));
   f.push_back(make_field("cluster.links", PSTWIN_MEMBER(cluster.host_links), LinksCodec{},
                          "Per-host link overrides, written as tables `[cluster.links.h3]` with `bandwidth` "
                          "and/or `latency`; a missing one takes cluster.host_bandwidth / "
@@ -993,6 +1001,14 @@ std::vector<Field> make_registry() {
                          EnumCodec<PayloadMode>{kPayloadNames},
                          "`real`: messages carry float32 data that servers really sum; `phantom`: messages "
                          "carry sizes only."));
+  f.push_back(make_field(
+      "workload.device", PSTWIN_MEMBER(workload.device), EnumCodec<DeviceKind>{kDeviceNames},
+      "Where each worker keeps its tensors: `cpu` (host memory, the copy-in is a memcpy at "
+      "staging.copy_bandwidth) or `cuda` (GPU memory: the copy-in is a device -> host copy into the pinned "
+      "staging buffer and each pulled aggregate goes back host -> device, at cluster.pcie_bandwidth in the "
+      "simulator). `cuda` needs a build with CUDA (PSTWIN_CUDA), workload.kind = \"synthetic\" and "
+      "staging.enabled; a real run also needs a GPU (worker r uses GPU r mod the GPUs visible). "
+      "docs/HARDWARE.md."));
   f.push_back(make_field("workload.sum_bandwidth", PSTWIN_MEMBER(workload.sum_bandwidth_Bps), bandwidth,
                          "Server float32 summation speed (cost model)."));
   f.push_back(make_field("workload.kind", PSTWIN_MEMBER(workload.kind),
@@ -1551,6 +1567,7 @@ class Validator {
            "or ps.balancing = \"hash\"");
     check_worker_aggregators();
     if (s_.workload.kind == WorkloadKind::kMlp) check_train();
+    check_device();
     check_zeno();
     check_faults();
   }
@@ -1626,6 +1643,23 @@ class Validator {
       fail("train.batch", "is larger than a worker's shard (" + std::to_string(kTrainImages) + " images / " +
                               std::to_string(s_.roles.workers) + " workers = " + std::to_string(shard) +
                               "); lower train.batch or roles.workers");
+  }
+
+  void check_device() const {
+    if (s_.workload.device != DeviceKind::kCuda) return;
+    if (!built_with_cuda())
+      fail("workload.device",
+           "this pstwin was built without CUDA; install the CUDA toolkit (nvcc) and rebuild with "
+           "`cmake --preset default -DPSTWIN_CUDA=ON && cmake --build build` (docs/HARDWARE.md), or use "
+           "workload.device = \"cpu\"");
+    if (s_.workload.kind != WorkloadKind::kSynthetic)
+      fail("workload.device",
+           "\"cuda\" keeps the synthetic workload's tensors on the GPU; set "
+           "workload.kind = \"synthetic\" or workload.device = \"cpu\"");
+    if (!s_.staging.enabled)
+      fail("workload.device",
+           "\"cuda\" copies each partition from the GPU into its host staging buffer; "
+           "set staging.enabled = true or workload.device = \"cpu\"");
   }
 
   // Rule and attack names and their own parameters are checked by src/zeno when the run is built.
@@ -1859,6 +1893,18 @@ std::string_view to_string(PushPullMode value) {
 std::string_view to_string(Balancing value) {
   return enum_text<Balancing>(kBalancingNames, value);
 }
+std::string_view to_string(DeviceKind value) {
+  return enum_text<DeviceKind>(kDeviceNames, value);
+}
+
+bool built_with_cuda() {
+#ifdef PSTWIN_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string_view to_string(ShardingKind value) {
   return enum_text<ShardingKind>(kShardingNames, value);
 }

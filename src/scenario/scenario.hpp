@@ -25,6 +25,7 @@ enum class WorkloadKind { kSynthetic, kMlp };
 enum class ShardingKind { kIid, kDirichlet };
 enum class PushPullMode { kSeparate, kFused };
 enum class Balancing { kHash, kLb };
+enum class DeviceKind { kCpu, kCuda };
 
 struct LinkSpec {
   double bandwidth_Bps = 0;
@@ -42,6 +43,7 @@ struct ClusterConfig {
   double rack_uplink_bandwidth_Bps = 5e9;
   double switch_bandwidth_Bps = 0;  // star: the switch's capacity shared by all traffic; 0: non-blocking
   double rack_uplink_latency_s = 2e-6;
+  double pcie_bandwidth_Bps = 12e9;            // workload.device = "cuda": each worker's GPU <-> host copies
   std::map<std::string, LinkSpec> host_links;  // per-host override, [cluster.links.h3]
 };
 
@@ -89,6 +91,9 @@ struct WorkloadConfig {
   double compute_s = 0.01;  // per iteration, before pushing
   int iterations = 5;
   PayloadMode payload = PayloadMode::kReal;
+  // Where a worker's tensors live: host memory, or a GPU (copied device -> host into the staging buffer,
+  // aggregates host -> device; the simulator charges both at cluster.pcie_bandwidth).
+  DeviceKind device = DeviceKind::kCpu;
   double sum_bandwidth_Bps = 5e9;  // server float32 summation speed (cost model)
   // Compute per layer: forward of layer l once its pull is in, backward in reverse with each layer's
   // pushes released as its backward ends (wait-free backprop, ByteScheduler's overlap).
@@ -370,5 +375,10 @@ std::string_view to_string(WorkloadKind value);
 std::string_view to_string(ShardingKind value);
 std::string_view to_string(PushPullMode value);
 std::string_view to_string(Balancing value);
+std::string_view to_string(DeviceKind value);
+
+// Whether this build has the CUDA device path (CMake option PSTWIN_CUDA): without it workload.device =
+// "cuda" is refused.
+bool built_with_cuda();
 
 }  // namespace pstwin

@@ -8,8 +8,8 @@
 
 namespace pstwin::zeno {
 
-JobRoles::JobRoles(const Scenario& scenario)
-    : scenario_(scenario), workload_(scenario), plan_(scenario, workload_) {
+JobRoles::JobRoles(const Scenario& scenario, DeviceFactory device)
+    : scenario_(scenario), device_(std::move(device)), workload_(scenario), plan_(scenario, workload_) {
   const bool async = scenario.ps.mode == TrainingMode::kAsync;
   if (scenario.workload.kind == WorkloadKind::kMlp) training_ = std::make_unique<RobustTraining>(scenario);
   if (!training_) {
@@ -34,8 +34,17 @@ std::unique_ptr<Node> JobRoles::make(Role role, int rank, const NodeContext& con
       return std::make_unique<Scheduler>(context.runtime, scenario_, context.observer);
     case Role::kServer:
       return std::make_unique<Server>(context, rank, workload_, *rule_);
-    case Role::kWorker:
-      return std::make_unique<Worker>(context, rank, workload_, training_.get());
+    case Role::kWorker: {
+      std::unique_ptr<DeviceTensors> device;
+      if (scenario_.workload.device == DeviceKind::kCuda) {
+        try {
+          device = device_ ? device_(workload_, rank) : std::make_unique<EmulatedDevice>(workload_, rank);
+        } catch (const DeviceError& e) {
+          throw DeviceError("worker " + std::to_string(rank) + ": workload.device = \"cuda\": " + e.what());
+        }
+      }
+      return std::make_unique<Worker>(context, rank, workload_, training_.get(), std::move(device));
+    }
     case Role::kValidator:
       if (!training_)
         throw ScenarioError("roles.validators: validators score real gradients; set workload.kind = \"mlp\"");

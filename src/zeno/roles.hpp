@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/runtime.hpp"
+#include "ps/device.hpp"
 #include "ps/ps_node.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/training.hpp"
@@ -23,14 +24,17 @@ class RobustTraining;
 class JobRoles {
  public:
   // Throws ScenarioError naming the field when the scenario's model, rule or attack cannot be built.
-  // `scenario` must outlive this object and every role it builds.
-  explicit JobRoles(const Scenario& scenario);
+  // `scenario` must outlive this object and every role it builds. `device` makes a worker's device
+  // tensors with workload.device = "cuda": the real backends pass the CUDA one (cuda/cuda_tensors.hpp);
+  // without it (the simulator) workers get an EmulatedDevice, whose copies the simulator charges.
+  explicit JobRoles(const Scenario& scenario, DeviceFactory device = {});
   ~JobRoles();
   JobRoles(const JobRoles&) = delete;
   JobRoles& operator=(const JobRoles&) = delete;
 
   // The role `role` of rank `rank` (the scheduler ignores the rank). A server's rank may be -1 (a real
   // node learns it from the scheduler). Validators need workload.kind = "mlp": ScenarioError otherwise.
+  // A worker whose device cannot be used: DeviceError naming the worker and the failed call.
   std::unique_ptr<Node> make(Role role, int rank, const NodeContext& context) const;
 
   const SyntheticWorkload& workload() const { return workload_; }
@@ -39,6 +43,7 @@ class JobRoles {
 
  private:
   const Scenario& scenario_;
+  DeviceFactory device_;
   SyntheticWorkload workload_;
   RoundPlan plan_;
   std::unique_ptr<RobustTraining> training_;

@@ -1,0 +1,30 @@
+// The CUDA device path (workload.device = "cuda", docs/HARDWARE.md): a worker's tensors in GPU memory
+// behind ps/device.hpp's DeviceTensors, so protocol code never sees a CUDA header. Built from
+// cuda_tensors.cpp and fill_kernel.cu when CMake found CUDA (PSTWIN_CUDA), else from cuda_stub.cpp,
+// whose every device is missing with the reason "built without CUDA".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ps/device.hpp"
+#include "ps/workload.hpp"
+
+namespace pstwin::cuda {
+
+// What this process can use: the GPUs visible, or why there are none (one line, e.g.
+// "cudaGetDeviceCount: no CUDA-capable device is detected").
+struct Availability {
+  int devices = 0;
+  std::string why;
+};
+Availability availability();
+
+// Worker `rank`'s tensors on GPU rank mod the GPUs visible, with its own stream. Throws DeviceError
+// naming the CUDA call and cudaGetErrorString when the device cannot be used.
+std::unique_ptr<DeviceTensors> make_device_tensors(const SyntheticWorkload& workload, int rank);
+
+// What the real backends hand zeno::JobRoles: make_device_tensors.
+DeviceFactory device_factory();
+
+}  // namespace pstwin::cuda
