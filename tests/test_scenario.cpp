@@ -828,6 +828,10 @@ TEST(Scenario, WhatCannotFitIsRefusedNamingTheFieldAndTheEstimate) {
       {{{"workload.model_bytes", "1000000000000000"}, {"workload.tensors", "2000000000"}},
        "workload.model_bytes = 1000000000000000: a run would need about "},
       {{{"sim.stack_size_kb", "1000000000"}}, "sim.stack_size_kb = 1000000000: at most 1048576"},
+      {{{"ps.server_engine_threads", "1000000000"}},
+       "ps.server_engine_threads = 1000000000: a run would need"},
+      {{{"cluster.topology", "two-tier"}, {"cluster.racks", "2000000000"}},
+       "cluster.racks = 2000000000: a run would need about "},
       {{{"workload.payload", "phantom"}, {"workload.iterations", "2000000000"}},
        "workload.iterations = 2000000000: a run would simulate about "},
   };
@@ -880,6 +884,21 @@ TEST(Scenario, NameMustBeASafePathComponent) {
   EXPECT_NE(error_of("", {{"name", std::string(200, 'n')}}).find("is longer than 128 bytes"),
             std::string::npos);
   EXPECT_EQ(parse("name = \"lb_4w4s.v2-run_1\"").name, "lb_4w4s.v2-run_1");
+}
+
+// Found by the scenario fuzz target: a --set value that is not UTF-8 was taken and written to
+// resolved.toml, which then could not be loaded (tests/fuzz/corpus/scenario/crash-set-name-not-utf8).
+TEST(Scenario, OverrideTextMustBeUtf8) {
+  for (const std::string bad : {"6J#--\xbc st}]", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    const std::string error = error_of("", {{"name", bad}});
+    EXPECT_NE(error.find(": not valid UTF-8"), std::string::npos) << error;
+    EXPECT_EQ(error.rfind("--set name=", 0), 0u) << error;
+  }
+  EXPECT_NE(error_of("", {{"workload.tensor_bytes", "[\"4MB\xff\"]"}}).find("not valid UTF-8"),
+            std::string::npos);
+  // Valid UTF-8 names load and survive the round trip.
+  const Scenario s = parse("", {{"name", "r\xc3\xa9sum\xc3\xa9-\xe2\x82\xac-\xf0\x9f\x9a\x80"}});
+  EXPECT_EQ(resolved_toml(parse_scenario(resolved_toml(s), "resolved.toml")), resolved_toml(s));
 }
 
 // Devices, pipes and huge files are refused before they are read: /dev/zero would never end.

@@ -12,16 +12,17 @@
 namespace pstwin {
 namespace {
 
-// Rough per-object costs, measured on scale_1024w_16s and quickstart (RSS over node count): within a
-// factor of two, which is all a refusal of what is orders of magnitude too large needs.
+// Rough per-object costs: an order of magnitude is all a refusal of what is orders of magnitude too
+// large needs (docs/SECURITY.md compares the estimate with measured runs).
 constexpr double kNodeStateBytes = 64 * 1024;
 constexpr double kTouchedStackBytes = 64 * 1024;  // a deeper stack is mapped but not touched
 constexpr double kActorBytes = 2 * 1024;
 constexpr double kHostBytes = 16 * 1024;      // a SimGrid host, its NIC, loopback and route
 constexpr double kPartitionStateBytes = 256;  // per partition and node: rounds, lanes, parked pulls
-constexpr double kTraceEventBytes = 200;
-constexpr double kDatasetBytes = 250e6;      // Fashion-MNIST as float32, train and test
-constexpr double kMessagesPerPartition = 4;  // push, its acknowledgement, pull, its reply
+constexpr double kTraceEventBytes = 1700;     // a span, and its part of the JSON document written
+constexpr double kTraceEventsPerMessage = 3;  // send, receive, and the executor spans around them
+constexpr double kDatasetBytes = 250e6;       // Fashion-MNIST as float32, train and test
+constexpr double kMessagesPerPartition = 4;   // push, its acknowledgement, pull, its reply
 
 std::string count_text(double value) {
   std::array<char, 32> buf{};
@@ -108,14 +109,20 @@ ResourceEstimate estimate_resources(const Scenario& sc) {
   // Nodes and their actors: an event loop each, a worker's compute, copy and push lanes, a server's
   // engine lanes, and with SimGrid's own network model one actor per stream.
   const double stack_kb = mlp ? std::max(sc.sim.stack_size_kb, 1024) : sc.sim.stack_size_kb;
-  double actors = nodes + 3 * workers + 2 * validators + servers * sc.ps.server_engine_threads;
+  double actors = nodes + 3 * workers + 2 * validators;
   if (sc.sim.network_model == "simgrid") actors += 2 * (workers + validators) * servers + 2 * nodes;
   const double per_actor = std::min(stack_kb * 1024, kTouchedStackBytes) + kActorBytes;
   out.memory.push_back({largest_role(sc), nodes * kNodeStateBytes + actors * per_actor,
                         count_text(nodes) + " nodes, " + count_text(actors) + " simulated actors"});
+  const double engine_lanes = servers * sc.ps.server_engine_threads;
+  out.memory.push_back({sc.ps.server_engine_threads > servers ? "ps.server_engine_threads" : "roles.servers",
+                        engine_lanes * per_actor, count_text(engine_lanes) + " server engine lanes"});
   if (sc.cluster.hosts > 0)
     out.memory.push_back({"cluster.hosts", sc.cluster.hosts * kHostBytes,
                           count_text(sc.cluster.hosts) + " simulated hosts and their links"});
+  if (sc.cluster.topology == Topology::kTwoTier)
+    out.memory.push_back({"cluster.racks", sc.cluster.racks * kHostBytes,
+                          count_text(sc.cluster.racks) + " racks and their uplinks"});
 
   const ModelShape model = model_shape(sc);
   if (sc.workload.payload == PayloadMode::kReal) {
@@ -141,7 +148,8 @@ ResourceEstimate estimate_resources(const Scenario& sc) {
   if (sc.output.trace)
     out.memory.push_back(
         {"output.trace_max_events",
-         std::min(static_cast<double>(sc.output.trace_max_events), 4 * out.messages) * kTraceEventBytes,
+         std::min(static_cast<double>(sc.output.trace_max_events), kTraceEventsPerMessage * out.messages) *
+             kTraceEventBytes,
          "trace events"});
   std::ranges::stable_sort(out.memory, [](const auto& a, const auto& b) { return a.amount > b.amount; });
   for (const auto& term : out.memory) out.memory_bytes += term.amount;

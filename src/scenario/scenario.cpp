@@ -124,6 +124,41 @@ std::string quote_string(std::string_view text) {
   return out + "\"";
 }
 
+// Well-formed UTF-8: no stray continuation byte, no truncated, overlong or surrogate sequence, no
+// code point past U+10FFFF.
+bool is_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t length = 0;
+    std::uint32_t code = 0;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if ((lead & 0xE0) == 0xC0) {
+      length = 2;
+      code = lead & 0x1F;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3;
+      code = lead & 0x0F;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4;
+      code = lead & 0x07;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    for (std::size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    static constexpr std::array<std::uint32_t, 5> kSmallest{0, 0, 0x80, 0x800, 0x10000};
+    if (code < kSmallest[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
 // Control characters (terminal escapes) as \uXXXX, the rest as it is: for text that is echoed.
 std::string without_controls(std::string_view text) {
   std::string out;
@@ -1408,6 +1443,9 @@ void apply_override(toml::table& root, const std::string& path, const std::strin
                     const Schema& schema) {
   // Printed with every message about this value: a terminal escape in it stays text.
   const std::string origin = "--set " + without_controls(path + "=" + text);
+  // TOML is UTF-8: a value that is not would be written to resolved.toml, which then cannot load.
+  if (!is_utf8(path + text))
+    throw ScenarioError(origin + ": not valid UTF-8; write the value in UTF-8 (or plain ASCII)");
   switch (schema.classify(path)) {
     case Schema::Kind::kUnknown:
       throw ScenarioError(origin + ": " + schema.unknown_field(path));
