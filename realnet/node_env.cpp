@@ -1,9 +1,13 @@
 #include "realnet/node_env.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <string_view>
+
+#include "core/edit_distance.hpp"
 
 namespace pstwin::realnet {
 namespace {
@@ -81,6 +85,92 @@ const std::vector<std::string>& node_env_variables() {
                                               "PSTWIN_PACING",
                                               "PSTWIN_HOST"};
   return names;
+}
+
+namespace {
+
+struct Unsupported {
+  std::string_view name;
+  std::string_view instead;
+  bool refused_unless_zero = false;  // it asks for something else than what runs: refuse it
+};
+
+// docs/ENVIRONMENT.md, "Not supported yet".
+constexpr std::array kUnsupported{
+    Unsupported{"DMLC_ENABLE_RDMA", "TCP only (ZeroMQ or epoll, see DMLC_PS_VAN_TYPE); unset it or set 0",
+                true},
+    Unsupported{"DMLC_ENABLE_UCX", "TCP only (ZeroMQ or epoll, see DMLC_PS_VAN_TYPE); unset it or set 0",
+                true},
+    Unsupported{"DMLC_INTERFACE", "use DMLC_NODE_HOST"},
+    Unsupported{"DMLC_NODE_PORT", "servers and workers bind a free port"},
+    Unsupported{"DMLC_NUM_ALL_WORKER", ""},
+    Unsupported{"DMLC_GROUP_SIZE", ""},
+    Unsupported{"BYTEPS_KEY_HASH_FN", "use --set ps.key_hash=djb2|sdbm|naive"},
+    Unsupported{"BYTEPS_SCHEDULING_CREDIT", "use --set ps.scheduling_credit=N"},
+    Unsupported{"BYTEPS_LOCAL_RANK", "one process per worker, no local (NCCL) reduce"},
+    Unsupported{"BYTEPS_LOCAL_SIZE", "one process per worker, no local (NCCL) reduce"},
+    Unsupported{"BYTEPS_PCIE_SWITCH_SIZE", "no GPUs"},
+    Unsupported{"BYTEPS_NCCL_NUM_RINGS", "no GPUs"},
+    Unsupported{"BYTEPS_NCCL_GROUP_SIZE", "no GPUs"},
+    Unsupported{"BYTEPS_SERVER_ENABLE_SCHEDULE", ""},
+    Unsupported{"BYTEPS_SERVER_ENABLE_PROFILE", ""},
+    Unsupported{"BYTEPS_VISIBLE_CPU_CORES", ""},
+    Unsupported{"BYTEPS_ENABLE_GDB", ""},
+    Unsupported{"BYTEPS_DEBUG_SAMPLE_TENSOR", ""},
+    Unsupported{"PS_RESEND", "see the scenario's ps.resend"},
+    Unsupported{"PS_RESEND_TIMEOUT", "see the scenario's ps.resend_timeout"},
+    Unsupported{"PS_HEARTBEAT_TIMEOUT", "see the scenario's ps.heartbeat_timeout"},
+    Unsupported{"PS_HEARTBEAT_INTERVAL", "see the scenario's ps.heartbeat_interval"},
+    Unsupported{"BYTEPS_TRACE_ON", "pstwin node writes no trace"},
+    Unsupported{"BYTEPS_TRACE_DIR", "pstwin node writes no trace"},
+};
+
+constexpr std::array<std::string_view, 4> kFamilies{"DMLC_", "BYTEPS_", "PS_", "PSTWIN_"};
+
+std::string upper(std::string_view text) {
+  std::string out(text);
+  std::ranges::transform(out, out.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> check_env_names(const Env& environment) {
+  const auto& known = node_env_variables();
+  std::vector<std::string_view> candidates(known.begin(), known.end());
+  for (const auto& entry : kUnsupported) candidates.push_back(entry.name);
+  std::vector<std::string> warnings;
+  for (const auto& [name, value] : environment) {
+    const std::string family_name = upper(name);
+    if (std::ranges::none_of(kFamilies, [&](std::string_view f) { return family_name.starts_with(f); }))
+      continue;
+    if (std::ranges::find(known, name) != known.end()) continue;
+    if (const auto entry = std::ranges::find(kUnsupported, std::string_view(name), &Unsupported::name);
+        entry != kUnsupported.end()) {
+      const std::string what = name + "=\"" + value + "\" is not supported yet";
+      if (entry->refused_unless_zero && !value.empty() && value != "0")
+        throw NodeEnvError(what + ": " + std::string(entry->instead));
+      warnings.push_back(what + (entry->instead.empty() ? "" : " (" + std::string(entry->instead) + ")") +
+                         "; ignored");
+      continue;
+    }
+    // A near miss: what was meant is silently unset otherwise (DMLC_PS_VAN_TYP=epoll runs ZeroMQ).
+    std::string_view best;
+    std::size_t best_distance = 3;
+    for (const auto candidate : candidates) {
+      const std::size_t distance = upper(candidate) == family_name ? 0 : edit_distance(name, candidate);
+      if (distance < best_distance) {
+        best = candidate;
+        best_distance = distance;
+      }
+    }
+    if (!best.empty())
+      throw NodeEnvError(name + "=\"" + value + "\": not a variable pstwin reads; did you mean " +
+                         std::string(best) + "? (docs/ENVIRONMENT.md lists them)");
+    warnings.push_back(name + " is not a variable pstwin reads (docs/ENVIRONMENT.md); ignored");
+  }
+  return warnings;
 }
 
 NodeEnv parse_node_env(const Env& env) {

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -264,6 +265,88 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   // aborts when one goes while waited on: the actors unwind first.
   if (!all_stopped) end_remaining_actors(engine);
   return report;
+}
+
+namespace {
+
+constexpr const char* kProbeRefusal = "probe refused: ";
+
+// The probe's child: the scenario's SimGrid settings on two hosts, one message between them.
+[[noreturn]] void probe_simgrid_child(const Scenario& sc) {
+  try {
+    int argc = 2;
+    std::string arg0 = "pstwin", arg1 = "--log=root.thres:critical";
+    char* argv[] = {arg0.data(), arg1.data(), nullptr};
+    s4u::Engine engine(&argc, argv);
+    s4u::Engine::set_config("contexts/stack-size:" + std::to_string(sc.sim.stack_size_kb));
+    configure_network_model(sc);
+    for (const auto& setting : sc.sim.simgrid_config) s4u::Engine::set_config(setting);
+    auto* zone = s4u::create_full_zone("probe");
+    auto* from = zone->create_host("h0", 1e9);
+    auto* to = zone->create_host("h1", 1e9);
+    auto* link = zone->create_link("link", 1e9)->set_latency(1e-6)->seal();
+    zone->add_route(from->get_netpoint(), to->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(link)},
+                    true);
+    zone->seal();
+    static int token = 0;
+    s4u::Actor::create("send", from, [] { s4u::Mailbox::by_name("probe")->put(&token, 1000); });
+    s4u::Actor::create("receive", to, [] { (void)s4u::Mailbox::by_name("probe")->get<int>(); });
+    engine.run();
+  } catch (const std::exception& e) {
+    const std::string why = e.what();  // SimGrid lists every setting after the first line
+    std::fprintf(stderr, "%s%s\n", kProbeRefusal, why.substr(0, why.find('\n')).c_str());
+    std::fflush(stderr);
+    _exit(3);
+  }
+  _exit(0);
+}
+
+}  // namespace
+
+void check_simgrid_config(const Scenario& sc) {
+  if (sc.sim.simgrid_config.empty()) return;
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
+  if (child == 0) {
+    close(pipe_fds[0]);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    probe_simgrid_child(sc);
+  }
+  close(pipe_fds[1]);
+  std::string said;
+  char buffer[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    if (said.size() < (1 << 16)) said.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  // What the probe caught, else SimGrid's CRITICAL line (it logs, then aborts), else its last line.
+  std::string why, last;
+  std::istringstream lines(said);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(kProbeRefusal))
+      why = line.substr(std::string_view(kProbeRefusal).size());
+    else if (const auto at = line.find("CRITICAL] "); at != std::string::npos && why.empty())
+      why = line.substr(at + 10);
+    if (!line.empty()) last = line;
+  }
+  if (why.empty()) why = last;
+  if (why.empty())
+    why = WIFSIGNALED(status) ? "it stopped with signal " + std::to_string(WTERMSIG(status)) : "it failed";
+  std::string settings;
+  for (const auto& setting : sc.sim.simgrid_config)
+    settings += (settings.empty() ? "\"" : ", \"") + setting + "\"";
+  throw ScenarioError("sim.simgrid_config = [" + settings + "]: SimGrid refuses it: " + why +
+                      "; fix or remove the setting");
 }
 
 namespace {

@@ -19,6 +19,12 @@ struct SimOptions {
 
 RunReport run_simulation(const Scenario& scenario, const SimOptions& options = {});
 
+// SimGrid rejects some settings of sim.simgrid_config (an unknown model, a context factory) only
+// when it builds the platform or starts an actor, and then aborts the process. This tries them on a
+// two-host platform in a forked child first and throws a ScenarioError naming sim.simgrid_config and
+// SimGrid's own complaint; with no extra settings it does nothing.
+void check_simgrid_config(const Scenario& scenario);
+
 // Runs each scenario in its own forked child process, at most `jobs` at once, and returns their
 // reports (without traces) in input order. A child that crashes yields a report whose failure says
 // so. `on_done(index, report)` is called as each run finishes.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -171,6 +172,141 @@ TEST(Cli, ExploreHelpDescribesExploreJson) {
   for (const auto& entry : json)
     for (const char* field : {"seed", "ok", "violation_count", "first_violation", "replay"})
       EXPECT_TRUE(entry.contains(field)) << field << " in " << entry.dump();
+}
+
+// Bad input: exit 2, the field or option named on stderr, nothing on stdout, and in under 2 s (the
+// run is refused before it starts, whatever it would have cost).
+struct Refusal {
+  std::string args;
+  std::string names;
+};
+
+void expect_refused(const Refusal& refusal, const std::filesystem::path& dir) {
+  SCOPED_TRACE(refusal.args);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_split(refusal.args, dir);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(refusal.names), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_LT(seconds, 2.0);
+}
+
+TEST(Cli, WhatCannotFitIsRefusedUpFrontNamingTheField) {
+  const auto dir = fresh_dir("cannot-fit");
+  const std::string out = " --out " + (dir / "out").string();
+  for (const std::string command : {"check", "sim"}) {
+    for (const auto& [set, names] : std::vector<std::pair<std::string, std::string>>{
+             {"roles.workers=10000000", "roles.workers = 10000000: a run would need about "},
+             {"cluster.hosts=1000000000", "cluster.hosts = 1000000000: a run would need about "},
+             {"workload.tensor_bytes='[\"10GB\"]'", "workload.tensor_bytes = [\"10GB\"]: a run would need"},
+             {"workload.tensor_bytes=1000000000000000", "workload.tensor_bytes = [1000000000000000]: a run"},
+             {"sim.stack_size_kb=1000000000", "sim.stack_size_kb = 1000000000: at most 1048576"},
+             {"sim.simgrid_config='[\"network/model:Foo\"]'",
+              "sim.simgrid_config = [\"network/model:Foo\"]: SimGrid refuses it: Model 'Foo' is invalid!"},
+             {"sim.simgrid_config='[\"network/optim:Nope\"]'",
+              "sim.simgrid_config = [\"network/optim:Nope\"]"},
+             {"sim.simgrid_config='[\"no-such-setting:1\"]'", "sim.simgrid_config = [\"no-such-setting:1\"]"},
+             {"name=../../x", "name = \"../../x\": may not contain '/'"},
+         })
+      expect_refused(
+          {command + " scenarios/quickstart.toml --set " + set + (command == "sim" ? out : ""), names}, dir);
+  }
+  // None of the refused sims wrote anything, and ../../x made nothing outside its folder.
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "results.json"));
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(PSTWIN_SOURCE_DIR) / ".." / "x"));
+}
+
+TEST(Cli, NamesAreEscapedWhenPrinted) {
+  const auto dir = fresh_dir("escaped-name");
+  const auto r = run_split("check scenarios/quickstart.toml --set \"name=$(printf 'red\\033[31m')\"", dir);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("name = \"red\\u001b[31m\""), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "a raw terminal escape reached the terminal";
+}
+
+TEST(Cli, ScenarioFilesThatAreNotRegularFilesAreRefusedAtOnce) {
+  const auto dir = fresh_dir("not-regular");
+  expect_refused({"check /dev/zero", "/dev/zero: not a regular file"}, dir);
+  expect_refused({"sim /dev/zero --out " + (dir / "out").string(), "/dev/zero: not a regular file"}, dir);
+  // A pipe nobody writes to: opening it would block for ever.
+  const auto fifo = dir / "scenario.fifo";
+  ASSERT_EQ(run_shell("mkfifo " + fifo.string()).exit_code, 0);
+  expect_refused({"check " + fifo.string(), fifo.string() + ": not a regular file"}, dir);
+}
+
+TEST(Cli, OutputDirectoryIsCheckedBeforeTheRun) {
+  const auto dir = fresh_dir("out-checked");
+  const std::string sets = " --set workload.iterations=1";
+  for (const std::string command : {"sim", "run"}) {
+    expect_refused({command + " scenarios/quickstart.toml --out /dev/null" + sets,
+                    "--out /dev/null: exists and is not a directory"},
+                   dir);
+    expect_refused({command + " scenarios/quickstart.toml --out /proc/pstwin-out" + sets,
+                    "--out /proc/pstwin-out: cannot create it"},
+                   dir);
+  }
+  expect_refused({"explore scenarios/quickstart.toml --seeds 2 --out /dev/null" + sets,
+                  "--out /dev/null: exists and is not a directory"},
+                 dir);
+  // A directory is made when missing, and the run writes there.
+  const auto fresh = dir / "a" / "b";
+  const auto ok = run_split("sim scenarios/quickstart.toml -q --out " + fresh.string() + sets, dir);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(std::filesystem::exists(fresh / "results.json"));
+}
+
+TEST(Cli, SeedsOutOfRangeAreRefused) {
+  const auto dir = fresh_dir("seeds");
+  for (const std::string seed : {"-1", "18446744073709551616", "1e3", "0x10", ""}) {
+    expect_refused({"sim scenarios/quickstart.toml --seed '" + seed + "'", "--seed"}, dir);
+    expect_refused({"run scenarios/quickstart.toml --seed '" + seed + "'", "--seed"}, dir);
+    expect_refused(
+        {"explore scenarios/quickstart.toml --seeds 2 --first-seed '" + seed + "'", "--first-seed"}, dir);
+  }
+  expect_refused({"explore scenarios/quickstart.toml --seeds -1", "--seeds"}, dir);
+  expect_refused({"explore scenarios/quickstart.toml --seeds 100000000", "--seeds"}, dir);
+  expect_refused({"explore scenarios/quickstart.toml --seeds 2 --first-seed 18446744073709551615",
+                  "the last seed would pass 18446744073709551615"},
+                 dir);
+  expect_refused({"check scenarios/quickstart.toml --set seed=-1", "seed = -1: must not be negative"}, dir);
+  // The largest seed is a seed.
+  const auto max = run_split("sim scenarios/quickstart.toml -q --seed 18446744073709551615 --out " +
+                                 (dir / "max").string() + " --set workload.iterations=1",
+                             dir);
+  EXPECT_EQ(max.exit_code, 0) << max.err;
+  EXPECT_EQ(read_json(dir / "max" / "results.json")["seed"].get<std::uint64_t>(), 18446744073709551615u);
+}
+
+// `pstwin node` names a misspelled variable or a request for RDMA (exit 2) and warns about what it
+// ignores, before it binds or connects anything.
+TEST(Cli, NodeRefusesMisspelledAndUnsupportedVariables) {
+  const auto dir = fresh_dir("node-env");
+  const std::string worker =
+      "env DMLC_ROLE=worker DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=1 DMLC_NUM_WORKER=2 "
+      "DMLC_NUM_SERVER=1 DMLC_WORKER_ID=0 ";
+  for (const auto& [var, names] : std::vector<std::pair<std::string, std::string>>{
+           {"DMLC_PS_VAN_TYP=epoll",
+            "DMLC_PS_VAN_TYP=\"epoll\": not a variable pstwin reads; did you mean "
+            "DMLC_PS_VAN_TYPE?"},
+           {"DMLC_ENABLE_RDMA=1", "DMLC_ENABLE_RDMA=\"1\" is not supported yet"},
+       }) {
+    SCOPED_TRACE(var);
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = run_shell(worker + var + " " + PSTWIN_BINARY + " node scenarios/quickstart.toml");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(names), std::string::npos) << r.output;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  }
+  // An ignored variable is a warning; here the bad role then stops the node.
+  const auto r = run_shell(worker + "DMLC_INTERFACE=eth0 DMLC_ROLE=wroker " + PSTWIN_BINARY +
+                           " node scenarios/quickstart.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("pstwin node: warning: DMLC_INTERFACE=\"eth0\" is not supported yet (use "
+                          "DMLC_NODE_HOST); ignored"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("DMLC_ROLE=\"wroker\""), std::string::npos) << r.output;
 }
 
 }  // namespace

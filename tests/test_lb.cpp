@@ -3,6 +3,8 @@
 // Unit checks of the pure pieces, then end to end through the pstwin binary and real SimGrid.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -47,6 +49,21 @@ TEST(Lb, DecisionAndReportRoundTripAndBadBodiesNameTheField) {
   EXPECT_NE(error.find("decision.owner: server rank -3"), std::string::npos) << error;
   EXPECT_NE(check_decision(d, 4, 2).find("gives partition 1 to server 2, the job has 2"), std::string::npos);
   EXPECT_NE(check_decision(d, 5, 4).find("lists 4 partition owners, the job has 5"), std::string::npos);
+}
+
+// Found by the control-body fuzz target: a peer's busy time of NaN, infinity or below 0 was taken,
+// and would have become a nonsense bandwidth in the balancer.
+TEST(Lb, ReportWithABusyTimeThatIsNoDurationIsRefused) {
+  std::string error;
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -0.5}) {
+    SCOPED_TRACE(bad);
+    const LbReport peer_bad{3, 5000, 0.25, {{9, 2500, bad}}};
+    EXPECT_FALSE(decode_report(encode_report(peer_bad), error));
+    EXPECT_NE(error.find("report.peer.busy_s"), std::string::npos) << error;
+    const LbReport total_bad{3, 5000, bad, {{9, 2500, 0.2}}};
+    EXPECT_FALSE(decode_report(encode_report(total_bad), error));
+    EXPECT_NE(error.find("report.busy_s"), std::string::npos) << error;
+  }
 }
 
 TEST(Lb, ProportionalSplitFollowsTheWeightsAndSpreadsEachTensor) {

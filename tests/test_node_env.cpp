@@ -43,6 +43,51 @@ Env without(Env env, const std::string& name) {
   return env;
 }
 
+// The message check_env_names throws for `env` ("" if it does not throw).
+std::string name_error_of(const Env& env) {
+  try {
+    check_env_names(env);
+  } catch (const NodeEnvError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(NodeEnv, AMisspelledVariableIsRefusedWithTheNameMeant) {
+  Env env = worker_env();
+  env["DMLC_PS_VAN_TYP"] = "epoll";
+  EXPECT_EQ(name_error_of(env),
+            "DMLC_PS_VAN_TYP=\"epoll\": not a variable pstwin reads; did you mean DMLC_PS_VAN_TYPE? "
+            "(docs/ENVIRONMENT.md lists them)");
+  // One letter too many, two swapped, the wrong case: all near misses.
+  EXPECT_NE(name_error_of({{"DMLC_NUM_WORKERS", "2"}}).find("did you mean DMLC_NUM_WORKER?"),
+            std::string::npos);
+  EXPECT_NE(name_error_of({{"BYTEPS_ENALBE_ASYNC", "1"}}).find("did you mean BYTEPS_ENABLE_ASYNC?"),
+            std::string::npos);
+  EXPECT_NE(name_error_of({{"dmlc_role", "worker"}}).find("did you mean DMLC_ROLE?"), std::string::npos);
+  // A near miss of a variable that is listed as not supported is named the same way.
+  EXPECT_NE(name_error_of({{"DMLC_ENABLE_RDM", "1"}}).find("did you mean DMLC_ENABLE_RDMA?"),
+            std::string::npos);
+  // Everything parse_node_env reads passes, and so does what is not of these families.
+  env.erase("DMLC_PS_VAN_TYP");
+  env["HOME"] = "/root";
+  env["PS1"] = "$ ";
+  EXPECT_TRUE(check_env_names(env).empty());
+}
+
+TEST(NodeEnv, RdmaOrUcxAskedForIsRefusedOtherUnsupportedVariablesWarn) {
+  EXPECT_EQ(name_error_of({{"DMLC_ENABLE_RDMA", "1"}}),
+            "DMLC_ENABLE_RDMA=\"1\" is not supported yet: TCP only (ZeroMQ or epoll, see DMLC_PS_VAN_TYPE); "
+            "unset it or set 0");
+  EXPECT_NE(name_error_of({{"DMLC_ENABLE_UCX", "yes"}}).find("DMLC_ENABLE_UCX"), std::string::npos);
+  EXPECT_TRUE(check_env_names({{"DMLC_ENABLE_RDMA", "0"}}).size() == 1);  // a warning, not an error
+  const auto warnings = check_env_names({{"DMLC_INTERFACE", "eth0"}, {"BYTEPS_SOMETHING_NEW", "3"}});
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0],
+            "BYTEPS_SOMETHING_NEW is not a variable pstwin reads (docs/ENVIRONMENT.md); ignored");
+  EXPECT_EQ(warnings[1], "DMLC_INTERFACE=\"eth0\" is not supported yet (use DMLC_NODE_HOST); ignored");
+}
+
 TEST(NodeEnv, ParsesTheFourTerminalWorkerLaunch) {
   const NodeEnv env = parse_node_env(worker_env());
   EXPECT_EQ(env.role, Role::kWorker);

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "scenario/resources.hpp"
 #include "scenario/scenario.hpp"
 #include "scenario/units.hpp"
 
@@ -300,8 +304,8 @@ TEST(Scenario, FormattedQuantitiesReadBackExactly) {
 // Round trip
 
 constexpr std::string_view kEverything = R"(
-name = "everything \"quoted\"\tand tabbed"
-description = "all fields away from their defaults"
+name = "everything \"quoted\""
+description = "all fields away from their defaults,\ttabbed"
 seed = 9223372036854775807
 [cluster]
 topology = "two-tier"
@@ -376,7 +380,8 @@ TEST(Scenario, RoundTripKeepsEveryField) {
   EXPECT_EQ(resolved_toml(first), text);  // deterministic
 
   // Spot-check that the values survived, exactly.
-  EXPECT_EQ(second.name, "everything \"quoted\"\tand tabbed");
+  EXPECT_EQ(second.name, "everything \"quoted\"");
+  EXPECT_EQ(second.description, "all fields away from their defaults,\ttabbed");
   EXPECT_EQ(second.seed, 9223372036854775807u);
   EXPECT_EQ(second.cluster.host_bandwidth_Bps, 25e9 / 8);
   EXPECT_EQ(second.cluster.host_latency_s, 1.5e-6);
@@ -795,7 +800,133 @@ TEST(Scenario, ShippedScenariosLoadAndRoundTrip) {
     EXPECT_EQ(resolved_toml(parse_scenario(text, "resolved.toml")), text);
   }
 }
+
+// Every shipped scenario fits on a small machine with room to spare: the estimate is not what stops it.
+TEST(Scenario, ShippedScenariosFitTheResourceEstimate) {
+  const std::filesystem::path dir = std::filesystem::path(PSTWIN_SOURCE_DIR) / "scenarios";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".toml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const Scenario s = load_scenario(entry.path().string());
+    const ResourceEstimate estimate = estimate_resources(s);
+    EXPECT_LT(estimate.memory_bytes, 2e9);
+    EXPECT_LT(estimate.messages, 1e8);
+    EXPECT_FALSE(check_resources(s, {.memory_bytes = 4e9}));
+  }
+}
 #endif
+
+// What cannot fit is refused at validation, naming the field, its value and the estimate, and fast:
+// nothing sized by the scenario is built first (a model split into 2^31 tensors is not listed).
+TEST(Scenario, WhatCannotFitIsRefusedNamingTheFieldAndTheEstimate) {
+  const std::string base = "[workload]\niterations = 2\n";
+  const std::vector<std::pair<Overrides, std::string>> cases{
+      {{{"roles.workers", "10000000"}}, "roles.workers = 10000000: a run would need about "},
+      {{{"cluster.hosts", "1000000000"}}, "cluster.hosts = 1000000000: a run would need about "},
+      {{{"workload.tensor_bytes", "[\"10GB\"]"}},
+       "workload.tensor_bytes = [\"10GB\"]: a run would need about "},
+      {{{"workload.model_bytes", "1000000000000000"}, {"workload.tensors", "2000000000"}},
+       "workload.model_bytes = 1000000000000000: a run would need about "},
+      {{{"sim.stack_size_kb", "1000000000"}}, "sim.stack_size_kb = 1000000000: at most 1048576"},
+      {{{"ps.server_engine_threads", "1000000000"}},
+       "ps.server_engine_threads = 1000000000: a run would need"},
+      {{{"cluster.topology", "two-tier"}, {"cluster.racks", "2000000000"}},
+       "cluster.racks = 2000000000: a run would need about "},
+      {{{"workload.payload", "phantom"}, {"workload.iterations", "2000000000"}},
+       "workload.iterations = 2000000000: a run would simulate about "},
+  };
+  for (const auto& [overrides, expected] : cases) {
+    SCOPED_TRACE(expected);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = error_of(base, overrides);
+    EXPECT_NE(error.find(expected), std::string::npos) << error;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  }
+  // The message says how much and of what, and what to lower.
+  const std::string workers = error_of(base, {{"roles.workers", "10000000"}});
+  EXPECT_NE(workers.find("more than this machine's"), std::string::npos) << workers;
+  EXPECT_NE(workers.find("a 5.3 MB model held 30000003 times"), std::string::npos) << workers;
+  EXPECT_NE(workers.find("lower roles.workers"), std::string::npos) << workers;
+}
+
+TEST(Scenario, ResourceEstimateCountsNodesModelCopiesAndMessages) {
+  Scenario s = parse(
+      "[roles]\nworkers = 4\nservers = 2\n[workload]\ntensor_bytes = [\"4MB\"]\n"
+      "iterations = 5\n[ps]\npartition_bytes = \"1MB\"\n");
+  const ResourceEstimate estimate = estimate_resources(s);
+  // 4 partitions of one 4 MB tensor, 4 messages each per worker and iteration.
+  EXPECT_DOUBLE_EQ(estimate.messages, 5.0 * 4 * 4 * 4);
+  // Real payloads: the model held 3 times per worker and 3 times on the servers.
+  const auto payload = std::ranges::find_if(estimate.memory, [](const ResourceTerm& t) {
+    return t.detail.find("model held") != std::string::npos;
+  });
+  ASSERT_NE(payload, estimate.memory.end());
+  EXPECT_DOUBLE_EQ(payload->amount, 4e6 * (3 * 4 + 3));
+  EXPECT_EQ(payload->field, "workload.tensor_bytes");
+  // Phantom payloads hold no model bytes.
+  s.workload.payload = PayloadMode::kPhantom;
+  EXPECT_LT(estimate_resources(s).memory_bytes, estimate.memory_bytes - 4e6 * 15 + 1);
+  // A limit below the estimate refuses it, naming the largest term's field.
+  const auto problem = check_resources(s, {.memory_bytes = 1000});
+  ASSERT_TRUE(problem);
+  EXPECT_NE(problem->problem.find("more than this machine's 1.0 KB"), std::string::npos) << problem->problem;
+}
+
+// The name becomes pstwin-out/<name>: one path component, printable, and printed escaped.
+TEST(Scenario, NameMustBeASafePathComponent) {
+  for (const std::string bad : {"../../x", "a/b", "..", ".", "", "red\x1b[31m", "tab\tname", "back\\slash"}) {
+    SCOPED_TRACE(bad);
+    const std::string error = error_of("", {{"name", bad}});
+    EXPECT_NE(error.find(": name = "), std::string::npos) << error;
+    EXPECT_EQ(error.find('\x1b'), std::string::npos) << "a raw escape reached the message";
+  }
+  EXPECT_NE(error_of("", {{"name", "red\x1b[31m"}}).find("name = \"red\\u001b[31m\""), std::string::npos);
+  EXPECT_NE(error_of("", {{"name", std::string(200, 'n')}}).find("is longer than 128 bytes"),
+            std::string::npos);
+  EXPECT_EQ(parse("name = \"lb_4w4s.v2-run_1\"").name, "lb_4w4s.v2-run_1");
+}
+
+// Found by the scenario fuzz target: a --set value that is not UTF-8 was taken and written to
+// resolved.toml, which then could not be loaded (tests/fuzz/corpus/scenario/crash-set-name-not-utf8).
+TEST(Scenario, OverrideTextMustBeUtf8) {
+  for (const std::string bad : {"6J#--\xbc st}]", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    const std::string error = error_of("", {{"name", bad}});
+    EXPECT_NE(error.find(": not valid UTF-8"), std::string::npos) << error;
+    EXPECT_EQ(error.rfind("--set name=", 0), 0u) << error;
+  }
+  EXPECT_NE(error_of("", {{"workload.tensor_bytes", "[\"4MB\xff\"]"}}).find("not valid UTF-8"),
+            std::string::npos);
+  // Valid UTF-8 names load and survive the round trip.
+  const Scenario s = parse("", {{"name", "r\xc3\xa9sum\xc3\xa9-\xe2\x82\xac-\xf0\x9f\x9a\x80"}});
+  EXPECT_EQ(resolved_toml(parse_scenario(resolved_toml(s), "resolved.toml")), resolved_toml(s));
+}
+
+// Devices, pipes and huge files are refused before they are read: /dev/zero would never end.
+TEST(Scenario, OnlyARegularFileOfModestSizeIsRead) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const std::string path : {"/dev/zero", "/dev/null", "/proc/self"}) {
+    SCOPED_TRACE(path);
+    try {
+      load_scenario(path);
+      ADD_FAILURE() << "loaded";
+    } catch (const ScenarioError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  const auto big =
+      std::filesystem::temp_directory_path() / ("pstwin-big-" + std::to_string(getpid()) + ".toml");
+  std::ofstream{big}.close();
+  std::filesystem::resize_file(big, std::uintmax_t{1} << 30);  // sparse: 1 GiB on no disk
+  try {
+    load_scenario(big.string());
+    ADD_FAILURE() << "loaded";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("1073741824 bytes, larger than 16 MiB"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(big);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+}
 
 }  // namespace
 }  // namespace pstwin

@@ -8,8 +8,11 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "core/random.hpp"
 #include "cuda/cuda_tensors.hpp"
@@ -30,6 +33,35 @@ Scenario load(const CommonOptions& common) {
   std::vector<std::pair<std::string, std::string>> overrides;
   for (const auto& text : common.sets) overrides.push_back(split_override(text));
   return load_scenario(common.scenario_path, overrides);
+}
+
+// For the simulator's commands: also what only SimGrid can judge (sim.simgrid_config).
+Scenario load_for_sim(const CommonOptions& common) {
+  Scenario scenario = load(common);
+  sim::check_simgrid_config(scenario);
+  return scenario;
+}
+
+// Made and proven writable before the run, so a run's results are never lost at its end.
+void prepare_out_dir(const std::string& dir, bool given) {
+  namespace fs = std::filesystem;
+  const std::string what = given ? "--out " + dir : "the output directory " + dir;
+  std::error_code error;
+  const auto status = fs::status(dir, error);
+  if (fs::exists(status) && !fs::is_directory(status))
+    throw ScenarioError(what + ": exists and is not a directory; choose a directory for the results");
+  fs::create_directories(dir, error);
+  if (error) throw ScenarioError(what + ": cannot create it (" + error.message() + "); choose another --out");
+  const fs::path probe = fs::path(dir) / (".pstwin-write-test-" + std::to_string(getpid()));
+  if (!std::ofstream(probe).good())
+    throw ScenarioError(what + ": cannot write there; choose a writable directory with --out");
+  fs::remove(probe, error);
+}
+
+std::string out_dir_of(const Scenario& scenario, const std::string& given) {
+  const std::string dir = given.empty() ? "pstwin-out/" + scenario.name : given;
+  prepare_out_dir(dir, !given.empty());
+  return dir;
 }
 
 // The summary of a finished sim or run: stdout normally; with -q nothing on success and the whole
@@ -65,9 +97,9 @@ std::pair<std::string, std::string> split_override(const std::string& text) {
 }
 
 int run_sim(const CommonOptions& common, const SimOptions& options) {
-  Scenario scenario = load(common);
+  Scenario scenario = load_for_sim(common);
   if (options.seed) scenario.seed = *options.seed;
-  const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
+  const std::string out_dir = out_dir_of(scenario, options.out_dir);
   sim::SimOptions sim_options;
   if (!common.quiet)
     sim_options.progress = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
@@ -81,7 +113,7 @@ int run_sim(const CommonOptions& common, const SimOptions& options) {
 }
 
 int run_check(const CommonOptions& common) {
-  const Scenario scenario = load(common);
+  const Scenario scenario = load_for_sim(common);
   std::cout << resolved_toml(scenario);
   return 0;
 }
@@ -196,7 +228,12 @@ std::string_view outcome_name(Outcome outcome) {
 int run_explore(const CommonOptions& common, const ExploreOptions& options) {
   // The CLI, not protocol code: explore times itself for its seeds-per-second line only; no run reads it.
   const auto wall_start = std::chrono::steady_clock::now();
-  const Scenario base = load(common);
+  const Scenario base = load_for_sim(common);
+  if (options.seeds - 1 > std::numeric_limits<std::uint64_t>::max() - options.first_seed)
+    throw ScenarioError("--first-seed " + std::to_string(options.first_seed) + " --seeds " +
+                        std::to_string(options.seeds) + ": the last seed would pass " +
+                        std::to_string(std::numeric_limits<std::uint64_t>::max()) + "; lower either");
+  if (!options.out_dir.empty()) prepare_out_dir(options.out_dir, true);
   std::vector<Scenario> runs;
   std::vector<std::vector<std::pair<std::string, std::string>>> knobs;
   std::vector<std::pair<std::string, std::string>> user_sets;
@@ -307,9 +344,18 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
 }
 
 int run_node(const CommonOptions& common, const NodeOptions& node_options) {
+  std::map<std::string, std::string> environment;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string_view::npos) environment.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  // Names first: a misspelled variable explains a "required variable is not set" that follows.
+  for (const auto& warning : realnet::check_env_names(environment))
+    if (!common.quiet) std::cerr << "pstwin node: warning: " << warning << "\n";
   std::map<std::string, std::string> vars;
   for (const auto& name : realnet::node_env_variables())
-    if (const char* value = std::getenv(name.c_str())) vars.emplace(name, value);
+    if (const auto it = environment.find(name); it != environment.end()) vars.emplace(name, it->second);
   const realnet::NodeEnv env = realnet::parse_node_env(vars);
   auto overrides = env.scenario_overrides();
   for (const auto& text : common.sets) overrides.push_back(split_override(text));
@@ -355,7 +401,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
       return 2;
     }
   }
-  const std::string out_dir = options.out_dir.empty() ? "pstwin-out/" + scenario.name : options.out_dir;
+  const std::string out_dir = out_dir_of(scenario, options.out_dir);
   realnet::JobRunOptions job;
   job.scenario_path = std::filesystem::absolute(common.scenario_path).string();
   job.sets = common.sets;

@@ -1,9 +1,34 @@
 // pstwin: run parameter-server scenarios in the SimGrid twin (and, later, for real).
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
 #include <iostream>
+#include <limits>
+#include <string>
+#include <string_view>
 
 #include "cli/commands.hpp"
 #include "scenario/scenario.hpp"
+
+namespace {
+
+// An error names what the user gave (a path, a --set text): control characters in it would drive
+// the terminal, so they are printed as \xNN.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 0xf]};
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace pstwin::cli;
@@ -20,6 +45,18 @@ int main(int argc, char** argv) {
   NodeOptions node_options;
   RunOptions run_options;
 
+  // CLI11 would take "-1" for an unsigned seed as 2^64 - 1: only plain decimal digits that fit.
+  const CLI::Validator seed_check(
+      [](std::string& text) -> std::string {
+        std::uint64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
+          return "\"" + printable(text) + "\" is not a seed: expected an integer 0.." +
+                 std::to_string(std::numeric_limits<std::uint64_t>::max());
+        return {};
+      },
+      "SEED");
+
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("FILE", common.scenario_path, "scenario file (TOML), e.g. scenarios/quickstart.toml")
         ->required()
@@ -35,7 +72,8 @@ int main(int argc, char** argv) {
   auto* sim =
       app.add_subcommand("sim", "simulate a scenario in SimGrid and write results.json and trace.json");
   add_common(sim);
-  sim->add_option("--seed", sim_options.seed, "seed for every random choice (default: the scenario's seed)");
+  sim->add_option("--seed", sim_options.seed, "seed for every random choice (default: the scenario's seed)")
+      ->check(seed_check);
   sim->add_option("--out", sim_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
 
   auto* check = app.add_subcommand("check", "validate a scenario and print it fully resolved");
@@ -44,10 +82,12 @@ int main(int argc, char** argv) {
   auto* explore =
       app.add_subcommand("explore", "simulate many seeds and report invariant violations with replays");
   add_common(explore);
-  explore->add_option("--seeds", explore_options.seeds, "how many seeds to run")
+  // Each seed's scenario and report are held until the end: a million is about a GB.
+  explore->add_option("--seeds", explore_options.seeds, "how many seeds to run (1..1000000)")
       ->required()
-      ->check(CLI::PositiveNumber);
-  explore->add_option("--first-seed", explore_options.first_seed, "first seed (default 0)");
+      ->check(seed_check & CLI::Range(std::uint64_t{1}, std::uint64_t{1000000}));
+  explore->add_option("--first-seed", explore_options.first_seed, "first seed (default 0)")
+      ->check(seed_check);
   explore->add_option("-j,--jobs", explore_options.jobs, "simulations run in parallel (default 2)")
       ->check(CLI::Range(1, 256));
   explore->add_option("--out", explore_options.out_dir,
@@ -89,7 +129,8 @@ int main(int argc, char** argv) {
       "write the same results.json as sim");
   add_common(run);
   run->add_option("--seed", run_options.seed,
-                  "seed for every random choice, passed to every node (default: the scenario's seed)");
+                  "seed for every random choice, passed to every node (default: the scenario's seed)")
+      ->check(seed_check);
   run->add_option("--out", run_options.out_dir, "output directory (default: pstwin-out/<scenario name>)");
   run->add_flag("--netns", run_options.netns,
                 "each scenario host in its own network namespace, veth links shaped with tc tbf to its "
@@ -126,10 +167,10 @@ int main(int argc, char** argv) {
     if (*run) return run_job(common, run_options);
     if (*compare) return run_compare(compare_options);
   } catch (const pstwin::ScenarioError& e) {
-    std::cerr << "pstwin: " << e.what() << "\n";
+    std::cerr << "pstwin: " << printable(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "pstwin: error: " << e.what() << "\n";
+    std::cerr << "pstwin: error: " << printable(e.what()) << "\n";
     return 1;
   }
   return 2;

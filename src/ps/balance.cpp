@@ -1,6 +1,7 @@
 #include "ps/balance.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/codec.hpp"
 #include "ps/byte_io.hpp"
@@ -117,9 +118,13 @@ std::optional<LbReport> decode_report(const Payload& payload, std::string& error
          r.f64(p.busy_s, "report.peer.busy_s");
     report.peers.push_back(p);
   }
-  // A negative or NaN busy time would turn into a nonsense bandwidth: refuse it here.
-  if (ok && !(report.receive_busy_s >= 0))
+  // A negative, infinite or NaN busy time would turn into a nonsense bandwidth: refuse it here.
+  auto duration = [](double s) { return std::isfinite(s) && s >= 0; };
+  if (ok && !duration(report.receive_busy_s))
     ok = r.fail("report.busy_s", std::to_string(report.receive_busy_s) + " is not a duration");
+  for (std::size_t i = 0; ok && i < report.peers.size(); ++i)
+    if (!duration(report.peers[i].busy_s))
+      ok = r.fail("report.peer.busy_s", std::to_string(report.peers[i].busy_s) + " is not a duration");
   if (!ok || !r.at_end("report")) {
     error = r.error();
     return std::nullopt;

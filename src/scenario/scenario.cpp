@@ -15,6 +15,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -26,6 +27,8 @@
 #include <string_view>
 
 #include "core/digest.hpp"
+#include "core/edit_distance.hpp"
+#include "scenario/resources.hpp"
 #include "scenario/units.hpp"
 
 namespace pstwin {
@@ -82,6 +85,16 @@ std::string_view enum_text(EnumNames<E> names, E value) {
 // ---------------------------------------------------------------------------------------------
 // Text helpers
 
+void append_escaping_controls(std::string& out, char c) {
+  if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+    std::array<char, 8> buf{};
+    std::snprintf(buf.data(), buf.size(), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+    out += buf.data();
+  } else {
+    out += c;
+  }
+}
+
 std::string quote_string(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
@@ -108,17 +121,52 @@ std::string quote_string(std::string_view text) {
         out += "\\f";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          std::array<char, 8> buf{};
-          std::snprintf(buf.data(), buf.size(), "\\u%04x",
-                        static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf.data();
-        } else {
-          out += c;
-        }
+        append_escaping_controls(out, c);
     }
   }
   return out + "\"";
+}
+
+// Well-formed UTF-8: no stray continuation byte, no truncated, overlong or surrogate sequence, no
+// code point past U+10FFFF.
+bool is_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t length = 0;
+    std::uint32_t code = 0;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if ((lead & 0xE0) == 0xC0) {
+      length = 2;
+      code = lead & 0x1F;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3;
+      code = lead & 0x0F;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4;
+      code = lead & 0x07;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    for (std::size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    static constexpr std::array<std::uint32_t, 5> kSmallest{0, 0, 0x80, 0x800, 0x10000};
+    if (code < kSmallest[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
+// Control characters (terminal escapes) as \uXXXX, the rest as it is: for text that is echoed.
+std::string without_controls(std::string_view text) {
+  std::string out;
+  for (const char c : text) append_escaping_controls(out, c);
+  return out;
 }
 
 // A TOML key: bare when it can be, quoted otherwise.
@@ -162,23 +210,6 @@ std::string_view parent_of(std::string_view path) {
 std::string_view leaf_of(std::string_view path) {
   const auto dot = path.rfind('.');
   return dot == std::string_view::npos ? path : path.substr(dot + 1);
-}
-
-// Edit distance with adjacent transpositions (optimal string alignment), for "did you mean".
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
 }
 
 std::string describe(const toml::node& node);
@@ -1474,7 +1505,11 @@ toml::table override_value(std::string_view text, bool wants_string, bool is_lis
 
 void apply_override(toml::table& root, const std::string& path, const std::string& text, Origins& origins,
                     const Schema& schema) {
-  const std::string origin = "--set " + path + "=" + text;
+  // Printed with every message about this value: a terminal escape in it stays text.
+  const std::string origin = "--set " + without_controls(path + "=" + text);
+  // TOML is UTF-8: a value that is not would be written to resolved.toml, which then cannot load.
+  if (!is_utf8(path + text))
+    throw ScenarioError(origin + ": not valid UTF-8; write the value in UTF-8 (or plain ASCII)");
   switch (schema.classify(path)) {
     case Schema::Kind::kUnknown:
       throw ScenarioError(origin + ": " + schema.unknown_field(path));
@@ -1555,7 +1590,10 @@ class Validator {
       fail("ps.heartbeat_timeout", "must be greater than " + at("ps.heartbeat_interval", false) +
                                        "; raise ps.heartbeat_timeout or lower ps.heartbeat_interval");
     }
+    check_name();
     check_tensors();
+    // Before anything sized by the scenario is built (hosts, tensors, nodes).
+    if (const auto problem = check_resources(s_)) fail(problem->field, problem->problem);
     check_hosts();
     if (s_.lb.balancing == Balancing::kLb && s_.workload.layerwise)
       fail("ps.balancing",
@@ -1588,6 +1626,22 @@ class Validator {
 
   [[noreturn]] void fail(std::string_view path, std::string_view problem) const {
     throw ScenarioError(at(path) + ": " + std::string(problem));
+  }
+
+  // The name becomes a directory (pstwin-out/<name>) and is printed: one safe path component.
+  void check_name() const {
+    const std::string& name = s_.name;
+    constexpr std::size_t kMaxName = 128;
+    if (name.empty() || name == "." || name == "..")
+      fail("name", "must be a name, usable as a directory name, e.g. \"quickstart\"");
+    if (name.size() > kMaxName) fail("name", "is longer than " + std::to_string(kMaxName) + " bytes");
+    for (const char c : name) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '/' || c == '\\' || u < 0x20 || u == 0x7f)
+        fail("name",
+             "may not contain '/', '\\' or control characters: it names the output directory "
+             "pstwin-out/<name>; use letters, digits, '-', '_' or '.'");
+    }
   }
 
   void check_tensors() {
@@ -1996,12 +2050,29 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
 
 Scenario load_scenario(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+  // A device (/dev/zero), a pipe or a huge file would be read forever or into all memory.
+  constexpr std::uintmax_t kMaxScenarioBytes = 16 << 20;
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::exists(status))
+    throw ScenarioError(path + ": cannot open the scenario file; check the path");
+  if (!std::filesystem::is_regular_file(status))
+    throw ScenarioError(path +
+                        ": not a regular file; a scenario is a TOML file, e.g. scenarios/quickstart.toml");
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (!error && size > kMaxScenarioBytes)
+    throw ScenarioError(path + ": " + std::to_string(size) + " bytes, larger than " +
+                        std::to_string(kMaxScenarioBytes >> 20) +
+                        " MiB; a scenario file is a few KB of TOML");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ScenarioError(path + ": cannot open the scenario file; check the path");
-  std::ostringstream text;
-  text << in.rdbuf();
+  // One byte more than it said, to notice a file that grew since.
+  std::string text(static_cast<std::size_t>(std::min<std::uintmax_t>(size, kMaxScenarioBytes)) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) throw ScenarioError(path + ": cannot read the scenario file");
-  return parse_scenario(text.str(), path, overrides);
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > size) throw ScenarioError(path + ": changed while it was read; try again");
+  return parse_scenario(text, path, overrides);
 }
 
 std::string resolved_toml(const Scenario& scenario) {
