@@ -27,7 +27,8 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
       kv_(context.runtime,
           KvClientOptions{.servers = context.scenario.roles.servers,
                           .scheduling_credit = context.scenario.ps.scheduling_credit,
-                          .fused = context.scenario.ps.push_pull == PushPullMode::kFused},
+                          .fused = context.scenario.ps.push_pull == PushPullMode::kFused,
+                          .rank = rank},
           workload, decisions_.get(), context.runtime.executor("push", 1),
           [this](const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) {
             fill_push(partition, iteration, out);
@@ -233,13 +234,17 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   std::shared_ptr<ByteBuffer> region = phantom ? nullptr : staging_buffer(partition);
   const ComputeCost copy_cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
   const std::uint32_t iteration = iteration_;
+  // Named in the trace, so two workers' copies into one shared buffer show as the same name.
+  std::string buffer = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker,
+                                           rank_, partition.key);
   auto copy_in = [this, region, &partition, iteration] {
     if (region) fill_push(partition, iteration, region->floats());
   };
-  auto staged = [this, region, &partition, phantom] {
-    kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
+  auto staged = [this, region, &partition, phantom, buffer] {
+    kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region), buffer);
   };
-  copy_stage_.submit(0, "copy", copy_cost, std::move(copy_in), std::move(staged));
+  copy_stage_.submit_tagged(0, "copy", copy_cost, std::move(copy_in), std::move(staged),
+                            SpanTags{partition.key, iteration, rank_, std::move(buffer), partition.bytes});
 }
 
 void Worker::on_decision(const Message& message) {
