@@ -8,8 +8,9 @@
 RUN_DIR holds trace.json (`pstwin sim` or `pstwin run`). PROCESS is a process name as the trace shows
 it ("server 0", "worker 3"). Times in ms. A send span starts when the message was queued (real runs:
 the send pool's enqueue; the simulator: when its connection took it), a receive span ends when the
-receiver had it, so one-way = receive end - send start. Node ids are recovered from the trace: the
-lanes are named send->ID and recv<-ID (docs/FPT.md, "Per-key view").
+receiver had it, so one-way = receive end - send start. Lanes are named by the peer's role and rank
+(send->server 0, recv<-worker 3; node ids, send->8, in older traces), matched to processes by the
+messages both ends saw (docs/FPT.md, "Per-key view").
 """
 import bisect
 import collections
@@ -29,6 +30,12 @@ def load(run_dir):
     return events, lanes, names
 
 
+def peer(lane):
+    """The peer a send->/recv<- lane names: a role and rank ("server 0"), or a node id in older traces."""
+    name = lane[6:]
+    return int(name) if name.isdigit() else name
+
+
 def spans(events, lanes, iteration):
     """(sends, receives): (name, sender node-or-pid, receiver, key) -> time, plus node <-> pid votes."""
     sends, recvs = {}, {}
@@ -40,9 +47,9 @@ def spans(events, lanes, iteration):
             continue
         lane = lanes.get((e["pid"], e["tid"]), "")
         if e.get("cat") == "send" and lane.startswith("send->"):
-            sends[(e["name"], e["pid"], int(lane[6:]), args["key"])] = e["ts"]
+            sends[(e["name"], e["pid"], peer(lane), args["key"])] = e["ts"]
         elif e.get("cat") == "receive" and lane.startswith("recv<-"):
-            recvs[(e["name"], int(lane[6:]), e["pid"], args["key"])] = e["ts"] + e["dur"]
+            recvs[(e["name"], peer(lane), e["pid"], args["key"])] = e["ts"] + e["dur"]
     # A send from pid P to node N matches a receive at pid Q from node M: N is Q, M is P.
     votes = collections.Counter()
     by_name_key = collections.defaultdict(list)

@@ -299,10 +299,13 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["messages"] = p.messages;
   j["epoch_s"] = p.epoch_s;
   j["trace"] = ordered_json::array();
-  // A span: [thread, category, name, start, end], and [key, iteration, bytes] after it for a message.
+  // A span: [thread, category, name, start, end], and [key, iteration, bytes] after it for a message
+  // or a tagged step, then [worker, buffer] for a tagged step.
   for (const auto& s : p.trace) {
     ordered_json span = {s.thread, s.category, s.name, s.start_s, s.end_s};
     if (s.message) span.insert(span.end(), {s.message->key, s.message->iteration, s.message->bytes});
+    if (s.message && (s.message->worker >= 0 || !s.message->buffer.empty()))
+      span.insert(span.end(), {s.message->worker, s.message->buffer});
     j["trace"].push_back(std::move(span));
   }
   j["trace_dropped"] = p.trace_dropped;
@@ -343,6 +346,10 @@ NodePart part_from_json(const nlohmann::json& j) {
       if (s.size() >= 8)
         p.trace.back().message = TraceMessage{s.at(5).get<std::uint64_t>(), s.at(6).get<std::uint32_t>(),
                                               s.at(7).get<std::uint64_t>()};
+      if (s.size() >= 10) {
+        p.trace.back().message->worker = s.at(8).get<int>();
+        p.trace.back().message->buffer = s.at(9).get<std::string>();
+      }
     }
   p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));

@@ -195,6 +195,10 @@ class LoopRuntime : public Runtime {
   Executor& executor(std::string_view name, int lanes) override;
   StagingArea& staging() override { return host_.staging(); }
   void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
+  void trace_tagged(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                    Seconds end, const SpanTags& tags) override {
+    trace_lane(lane, category, name, start, end, pstwin::trace_message(tags));
+  }
   void log(std::string_view text) override;
   void stop() override;
   // Gives the protocol its last word first (Node::on_failing: a node tells the scheduler, the

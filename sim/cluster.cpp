@@ -282,6 +282,13 @@ void SimExecutor::submit(int lane, std::string_view label, ComputeCost cost, std
   target.ready->notify_one();
 }
 
+void SimExecutor::submit_tagged(int lane, std::string_view label, ComputeCost cost,
+                                std::function<void()> work, std::function<void()> done, SpanTags tags) {
+  auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
+  target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done), std::move(tags)});
+  target.ready->notify_one();
+}
+
 void SimExecutor::run_lane(Lane& lane) {
   const double jitter = node_.cluster().scenario().perturbation.executor_jitter_s;
   std::unique_lock lock(*lane.mutex);
@@ -302,7 +309,8 @@ void SimExecutor::run_lane(Lane& lane) {
     if (task.cost.seconds + task.cost.device_seconds > 0)
       s4u::this_actor::sleep_for(task.cost.seconds + task.cost.device_seconds);
     if (task.work) task.work();
-    node_.trace_lane(lane.name, name_, task.label, start, s4u::Engine::get_clock());
+    node_.trace_lane(lane.name, name_, task.label, start, s4u::Engine::get_clock(),
+                     task.tags ? std::optional(trace_message(*task.tags)) : std::nullopt);
     node_.post(std::move(task.done));
   }
 }
@@ -493,6 +501,11 @@ void SimNode::trace_span(std::string_view category, std::string_view name, Secon
   trace_lane("main", category, name, start, end);
 }
 
+void SimNode::trace_tagged(std::string_view lane, std::string_view category, std::string_view name,
+                           Seconds start, Seconds end, const SpanTags& tags) {
+  trace_lane(lane, category, name, start, end, trace_message(tags));
+}
+
 void SimNode::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
                          Seconds start, Seconds end, std::optional<TraceMessage> message) {
   cluster_.record_span(
@@ -606,6 +619,7 @@ void Cluster::dropped(const MessageHeader& header, const SimNode& from, const Si
 }
 
 void Cluster::record_span(TraceSpan span) {
+  if (span_sink_) span_sink_(span);
   if (!scenario_.output.trace) return;
   if (trace_.size() >= scenario_.output.trace_max_events) {
     ++trace_dropped_;

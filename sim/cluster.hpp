@@ -95,6 +95,8 @@ class SimExecutor final : public Executor {
   int lanes() const override { return static_cast<int>(lanes_.size()); }
   void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
               std::function<void()> done) override;
+  void submit_tagged(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+                     std::function<void()> done, SpanTags tags) override;
 
  private:
   struct Lane {
@@ -156,6 +158,8 @@ class SimNode final : public Runtime {
   Executor& executor(std::string_view name, int lanes) override;
   StagingArea& staging() override;
   void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override;
+  void trace_tagged(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                    Seconds end, const SpanTags& tags) override;
   void log(std::string_view text) override;
   void stop() override;
   void fail(std::string text) override;
@@ -222,6 +226,8 @@ class Cluster {
 
   void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);
   void record_span(TraceSpan span);
+  // Sees every span, before output.trace and its cap decide whether trace.json keeps it.
+  void set_span_sink(std::function<void(const TraceSpan&)> sink) { span_sink_ = std::move(sink); }
   void progress() { last_progress_ = simgrid::s4u::Engine::get_clock(); }
   void fail(const std::string& who, const std::string& text);
   bool failed() const { return !failure_.empty(); }
@@ -251,6 +257,7 @@ class Cluster {
   std::uint64_t message_bytes_ = 0;
   std::vector<TraceSpan> trace_;
   std::uint64_t trace_dropped_ = 0;
+  std::function<void(const TraceSpan&)> span_sink_;
   std::string failure_;
   Seconds last_progress_ = 0;
   Seconds last_stop_ = 0;

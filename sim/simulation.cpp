@@ -143,7 +143,11 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
 
   const zeno::JobRoles roles(sc);
   RunObservers observers(sc, roles.training());
+  // Each violation is marked in trace.json where and when it was seen.
+  observers.checker.set_clock([] { return s4u::Engine::get_clock(); });
   Cluster cluster(sc, platform);
+  // Every span, kept in trace.json or not, feeds the time breakdown.
+  cluster.set_span_sink([&observers](const TraceSpan& span) { observers.breakdown.span(span); });
   CrashSchedule crashes(cluster);
   ObserverFanout with_crashes({&observers.fanout, &crashes});
   RunObserver& observer = sc.faults.crashes.empty() && !sc.ps.continues_on_worker_loss()
@@ -239,6 +243,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
     }
   }
   report.run_time_s = run_time;
+  report.breakdown = observers.breakdown.finish(run_time, sc.ps.scheduling_credit);
   // SMPI's factors depend on message size: no constant-factor closed form. Training compute is
   // FLOPs on a shared host, not workload.compute: not in the bound's formula either.
   // ps.balancing = "lb": the optimum over all splits, next to the mean of the balanced iterations.

@@ -309,5 +309,29 @@ TEST(Cli, NodeRefusesMisspelledAndUnsupportedVariables) {
   EXPECT_NE(r.output.find("DMLC_ROLE=\"wroker\""), std::string::npos) << r.output;
 }
 
+// A missed performance bound is counted apart from correctness (safety) violations, in the summary and
+// in explore.json's class.
+TEST(Cli, ExploreCountsMissedBoundsApartFromSafetyViolations) {
+  const auto dir = fresh_dir("explore-classes");
+  // 4 servers of 8 workers run about 1.4x their bound (the scheduling credit), beyond its 5 %.
+  const auto r = run_pstwin(
+      "explore scenarios/saturation_8w2s.toml --seeds 1 --first-seed 1 --set roles.servers=4 "
+      "--set workload.iterations=3 --out " +
+      dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("0 with safety violations, 1 missing only a performance bound, 0 clean"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_json(dir / "explore.json")[0]["class"], "performance");
+  const auto crossed =
+      run_pstwin("explore scenarios/crossed_line.toml --seeds 1 --set staging.naming=legacy-key-only --out " +
+                 dir.string());
+  EXPECT_EQ(crossed.exit_code, 1) << crossed.output;
+  EXPECT_NE(crossed.output.find("1 with safety violations, 0 missing only a performance bound, 0 clean"),
+            std::string::npos)
+      << crossed.output;
+  EXPECT_EQ(read_json(dir / "explore.json")[0]["class"], "safety");
+}
+
 }  // namespace
 }  // namespace pstwin

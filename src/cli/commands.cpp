@@ -273,8 +273,9 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
         {"violation_count", report.violation_count},
         {"first_violation", report.violations.empty() ? "" : report.violations.front().detail},
         {"replay", report.replay}};
+    // Correctness apart from a missed performance bound, for every explore.
+    entry["class"] = outcome_name(outcome);
     if (options.swarm) {
-      entry["class"] = outcome_name(outcome);
       entry["failure"] = report.failure;
       entry["knobs"] = nlohmann::ordered_json::object();
       for (const auto& [field, value] : knobs[i]) entry["knobs"][field] = value;
@@ -300,8 +301,9 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
           << outcomes[Outcome::kSafety] << " with safety violations, " << outcomes[Outcome::kPerformance]
           << " missing only a performance bound, " << outcomes[Outcome::kClean] << " clean\n";
     else
-      out << "explored " << reports.size() << " seeds (" << range << ") of " << base.name << ": " << bad
-          << " with invariant violations, " << reports.size() - bad << " clean\n";
+      out << "explored " << reports.size() << " seeds (" << range << ") of " << base.name << ": "
+          << outcomes[Outcome::kSafety] << " with safety violations, " << outcomes[Outcome::kPerformance]
+          << " missing only a performance bound, " << outcomes[Outcome::kClean] << " clean\n";
     out << "  " << std::fixed << std::setprecision(2) << seeds_per_s << " seeds/s (" << wall_s
         << " s wall, -j " << options.jobs << ")\n";
   }

@@ -30,6 +30,15 @@ struct ExploreOptions {
   bool swarm = false;   // draw fault knobs per seed (docs/FAULTS.md, "Swarm")
 };
 
+struct SweepOptions {
+  std::vector<std::string> grid;            // FIELD=V1,V2,... (one per --grid)
+  std::uint64_t seeds = 1;                  // runs per grid point
+  std::optional<std::uint64_t> first_seed;  // default: the scenario's seed
+  int jobs = 2;
+  std::string out_dir;  // "" = pstwin-out/<scenario name>-sweep
+  bool plots = true;    // --no-plots: sweep.csv and sweep.json only
+};
+
 struct NodeOptions {
   std::string report_path;  // "" = no partial report
 };
@@ -50,6 +59,8 @@ struct CompareOptions {
 int run_sim(const CommonOptions& common, const SimOptions& options);
 int run_check(const CommonOptions& common);
 int run_explore(const CommonOptions& common, const ExploreOptions& options);
+// The product of grid values and seeds in the simulator: sweep.csv, sweep.json and plots (docs/SWEEP.md).
+int run_sweep(const CommonOptions& common, const SweepOptions& options);
 // One node of a real job, configured by the BytePS/ps-lite environment (docs/ENVIRONMENT.md) on top
 // of common.scenario_path; environment values go below --set.
 int run_node(const CommonOptions& common, const NodeOptions& options);

@@ -92,11 +92,33 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   explore->add_option("--out", explore_options.out_dir,
                       "write explore.json here: a JSON array with one object per seed (seed, ok, "
-                      "violation_count, first_violation, replay); with --swarm an object with the counts "
+                      "violation_count, first_violation, replay, class: safety, performance or clean); with "
+                      "--swarm an object with the counts "
                       "and rates of each class and the runs");
   explore->add_flag("--swarm", explore_options.swarm,
                     "draw fault knobs (loss, duplicate, partition, clog, slow node) from each seed and "
                     "split safety violations from missed performance bounds (docs/FAULTS.md)");
+
+  SweepOptions sweep_options;
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "simulate the product of grid values and seeds; write sweep.csv (one row per run), sweep.json and "
+      "plots of each measure against the first grid field (docs/SWEEP.md)");
+  add_common(sweep);
+  sweep
+      ->add_option("--grid", sweep_options.grid,
+                   "a scenario field and its values, e.g. --grid roles.workers=8,16,32 (repeatable: the "
+                   "product of every --grid is run; the first is the plots' x axis, the second their lines)")
+      ->type_name("FIELD=V1,V2,...")
+      ->required();
+  sweep->add_option("--seeds", sweep_options.seeds, "runs per grid point, seeds S, S+1, ... (default 1)")
+      ->check(CLI::PositiveNumber);
+  sweep->add_option("--first-seed", sweep_options.first_seed, "first seed S (default: the scenario's seed)");
+  sweep->add_option("-j,--jobs", sweep_options.jobs, "simulations run in parallel (default 2)")
+      ->check(CLI::Range(1, 256));
+  sweep->add_option("--out", sweep_options.out_dir,
+                    "output directory (default: pstwin-out/<scenario name>-sweep)");
+  sweep->add_flag("!--no-plots", sweep_options.plots, "write sweep.csv and sweep.json only");
 
   auto* node = app.add_subcommand(
       "node",
@@ -163,6 +185,7 @@ int main(int argc, char** argv) {
     if (*sim) return run_sim(common, sim_options);
     if (*check) return run_check(common);
     if (*explore) return run_explore(common, explore_options);
+    if (*sweep) return run_sweep(common, sweep_options);
     if (*node) return run_node(common, node_options);
     if (*run) return run_job(common, run_options);
     if (*compare) return run_compare(compare_options);

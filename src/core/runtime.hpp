@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +30,16 @@ struct ComputeCost {
   Seconds device_seconds = 0;
 };
 
+// What a traced step worked on, written as its span's args in trace.json, so a trace shows which
+// worker's copy of which key and staging buffer overlapped which push (the crossed-line race).
+struct SpanTags {
+  std::uint64_t key = 0;
+  std::uint32_t iteration = 0;
+  int worker = -1;     // the rank of the worker whose push this is; -1: no one worker's
+  std::string buffer;  // the staging buffer's name; "": none
+  std::uint64_t bytes = 0;
+};
+
 // Work that real systems do on other threads: server engine threads, a worker's copy and push
 // stages, shared-memory staging. Tasks on one lane run one at a time in submission order; lanes run
 // concurrently. `work` runs on the lane after the modelled cost; `done` then runs back on the node's
@@ -41,11 +52,17 @@ class Executor {
     ComputeCost cost;
     std::function<void()> work;
     std::function<void()> done;
+    std::optional<SpanTags> tags = std::nullopt;
   };
   virtual ~Executor() = default;
   virtual int lanes() const = 0;
   virtual void submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
                       std::function<void()> done) = 0;
+  // submit, with what the step works on for its trace span. A backend that does not record tags drops them.
+  virtual void submit_tagged(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
+                             std::function<void()> done, SpanTags /*tags*/) {
+    submit(lane, label, cost, std::move(work), std::move(done));
+  }
 };
 
 // Host-local shared memory between co-located processes (BytePS stages tensors in /dev/shm).
@@ -99,6 +116,12 @@ class Runtime {
 
   // Observability: a span for trace.json, and diagnostics.
   virtual void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) = 0;
+  // A span on a lane of its own (trace_span's go on "main"), with what it worked on. A backend that
+  // does not record tags traces it as trace_span.
+  virtual void trace_tagged(std::string_view /*lane*/, std::string_view category, std::string_view name,
+                            Seconds start, Seconds end, const SpanTags& /*tags*/) {
+    trace_span(category, name, start, end);
+  }
   virtual void log(std::string_view text) = 0;
 
   // The node finished cleanly / hit an unrecoverable error (the run fails with this text).

@@ -181,7 +181,8 @@ void Aggregator::sync_push(Message message) {
     }
     close_if_complete(key, state, round, iteration);
   };
-  engine_.submit(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done));
+  engine_.submit_tagged(state.lane, "aggregate", sum_cost(bytes), std::move(work), std::move(done),
+                        SpanTags{key, iteration, from_validator ? -1 : rank, {}, bytes});
 }
 
 int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint32_t iteration) const {
@@ -292,7 +293,8 @@ void Aggregator::apply_whole_round(std::uint64_t key, KeyState& state, Round& ro
   round.inputs.resize(static_cast<std::size_t>(workload_.workers()));
   auto work = [this, &state, &round, key, iteration] { rule_.apply_round(key, state, round, iteration); };
   auto done = [this, &round, key, iteration] { complete_round(key, round, iteration); };
-  engine_.submit(state.lane, "aggregate", sum_cost(state.store_bytes), std::move(work), std::move(done));
+  engine_.submit_tagged(state.lane, "aggregate", sum_cost(state.store_bytes), std::move(work),
+                        std::move(done), SpanTags{key, iteration, -1, {}, state.store_bytes});
 }
 
 void Aggregator::answer_sync_pull(const Message& request, Round& round, std::uint64_t key,
@@ -361,7 +363,9 @@ void Aggregator::apply_judgement(Message message) {
   auto done = [this, pull = std::move(pending.mapped())]() mutable {
     if (pull) async_pull(std::move(*pull));
   };
-  engine_.submit(state.lane, "aggregate", sum_cost(step->size()), std::move(work), std::move(done));
+  const auto step_bytes = step->size();
+  engine_.submit_tagged(state.lane, "aggregate", sum_cost(step_bytes), std::move(work), std::move(done),
+                        SpanTags{key, iteration, -1, {}, step_bytes});
 }
 
 void Aggregator::async_push(Message message) {
@@ -391,8 +395,8 @@ void Aggregator::async_push(Message message) {
     reply(request, snapshot ? std::move(*snapshot) : Payload{});
   };
   const double snapshot_s = snapshot ? static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps : 0;
-  engine_.submit(state.lane, "aggregate", {sum_cost(bytes).seconds + snapshot_s, 0}, std::move(work),
-                 std::move(done));
+  engine_.submit_tagged(state.lane, "aggregate", {sum_cost(bytes).seconds + snapshot_s, 0}, std::move(work),
+                        std::move(done), SpanTags{key, iteration, worker, {}, bytes});
 }
 
 // A key's version counts the pushes admitted to it; the lane applies them and takes pull snapshots

@@ -28,7 +28,9 @@ void InvariantChecker::count_check(const std::string& invariant) {
   ++tallies_[invariant].checked;
 }
 
-void InvariantChecker::add(Violation violation) {
+void InvariantChecker::add(Violation violation, NodeId node) {
+  if (clock_) violation.time_s = clock_();
+  violation.node = node;
   ++violation_count_;
   ++tallies_[violation.invariant].violated;
   if (violations_.size() < kMaxKept) violations_.push_back(std::move(violation));
@@ -39,7 +41,8 @@ void InvariantChecker::push_applied(NodeId server, int worker, std::uint64_t key
   count_check("updates");
   if (!applied_.insert({key, iteration, worker}).second)
     add({"updates",
-         where(server, key, iteration) + ": push of worker " + std::to_string(worker) + " applied twice"});
+         where(server, key, iteration) + ": push of worker " + std::to_string(worker) + " applied twice"},
+        server);
 }
 
 // ps.max_staleness: a refused push is accounted for (not lost), and counts once like an applied one.
@@ -52,7 +55,8 @@ void InvariantChecker::duplicate_push(NodeId server, int worker, std::uint64_t k
   if (!scenario_.invariants.updates) return;
   count_check("updates");
   add({"updates", where(server, key, iteration) + ": worker " + std::to_string(worker) +
-                      " pushed twice in one round (second push refused)"});
+                      " pushed twice in one round (second push refused)"},
+      server);
 }
 
 void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint64_t key,
@@ -65,7 +69,8 @@ void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint
   const auto& spec = workload_.partition(key);
   if (value.size() != spec.bytes) {
     add({"aggregates", where(server, key, iteration) + ": " + std::string(what) + " has " +
-                           std::to_string(value.size()) + " bytes, expected " + std::to_string(spec.bytes)});
+                           std::to_string(value.size()) + " bytes, expected " + std::to_string(spec.bytes)},
+        server);
     return;
   }
   const auto floats = value.floats();
@@ -99,7 +104,7 @@ void InvariantChecker::check_sum(std::string_view what, NodeId server, std::uint
         << ": one worker's push carried another worker's values (crossed line: see staging.naming)";
   else
     out << "; a contribution was counted twice, lost or corrupted";
-  add({"aggregates", out.str()});
+  add({"aggregates", out.str()}, server);
 }
 
 float InvariantChecker::expected_applied_sum(std::uint64_t key, std::uint32_t iteration, std::size_t element,
@@ -135,9 +140,9 @@ void InvariantChecker::final_store(NodeId server, std::uint64_t key, const Paylo
   check_sum("final store", server, key, static_cast<std::uint32_t>(workload_.iterations() - 1), store, true);
 }
 
-void InvariantChecker::tag_checked(NodeId /*node*/, bool ok, const std::string& why) {
+void InvariantChecker::tag_checked(NodeId node, bool ok, const std::string& why) {
   count_check("tags");
-  if (!ok) add({"tags", why});
+  if (!ok) add({"tags", why}, node);
 }
 
 void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_t iteration,
@@ -151,7 +156,8 @@ void InvariantChecker::pull_received(int worker, std::uint64_t key, std::uint32_
   if (!first && it->second.second != digest.hex())
     add({"sync_identical", "key " + std::to_string(key) + ", iteration " + std::to_string(iteration) +
                                ": worker " + std::to_string(worker) +
-                               " pulled a different value than worker " + std::to_string(it->second.first)});
+                               " pulled a different value than worker " + std::to_string(it->second.first)},
+        worker_id(worker));
 }
 
 void InvariantChecker::lb_decision(NodeId node, const LbDecision& decision) {
@@ -161,7 +167,8 @@ void InvariantChecker::lb_decision(NodeId node, const LbDecision& decision) {
     add({"routing", "node " + std::to_string(node) + " took up decision " + std::to_string(decision.version) +
                         " for iteration " + std::to_string(decision.iteration) +
                         ", which differs from version " + std::to_string(it->second.version) +
-                        " another node holds for it"});
+                        " another node holds for it"},
+        node);
 }
 
 void InvariantChecker::request_routed(NodeId receiver, NodeId sender, std::uint64_t key,
@@ -173,14 +180,14 @@ void InvariantChecker::request_routed(NodeId receiver, NodeId sender, std::uint6
                            ", iteration " + std::to_string(iteration) + " reached " +
                            slot_name(slot_of(receiver, servers), servers);
   if (it == decisions_.end()) {
-    add({"routing", what + " before any node held a decision for that iteration"});
+    add({"routing", what + " before any node held a decision for that iteration"}, receiver);
     return;
   }
   const auto owner = it->second.owner.at(workload_.index_of(key));
   if (slot_node(owner, servers) != receiver)
     add({"routing", what + ", but decision " + std::to_string(it->second.version) + " gives the key to " +
-                        slot_name(owner, servers) +
-                        " (a packet sent to a node that does not own its range)"});
+                        slot_name(owner, servers) + " (a packet sent to a node that does not own its range)"},
+        receiver);
 }
 
 void InvariantChecker::finish(bool run_completed) {

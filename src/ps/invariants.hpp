@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -26,6 +28,10 @@ namespace pstwin {
 struct Violation {
   std::string invariant;  // "aggregates", "updates", "sync_identical", "bound", "run"
   std::string detail;
+  // When and on which node it was seen (trace.json marks it there), where the backend gave the
+  // checker a clock; end-of-run checks have neither.
+  std::optional<double> time_s = std::nullopt;
+  NodeId node = kNoNode;
 };
 
 // Checks made and failed per invariant, so a rate (e.g. crossed aggregates per aggregate) can be reported.
@@ -61,7 +67,10 @@ class InvariantChecker final : public RunObserver {
 
   // End-of-run checks (lost updates, workers that never pulled). Call once, after the run.
   void finish(bool run_completed);
-  void add(Violation violation);
+  // `node`: where it was seen (kNoNode: nowhere in particular); timed when a clock was given.
+  void add(Violation violation, NodeId node = kNoNode);
+  // The backend's clock (the simulator's): each violation then says when it was seen.
+  void set_clock(std::function<Seconds()> clock) { clock_ = std::move(clock); }
   void count_check(const std::string& invariant);  // one check made outside (e.g. the analytic bound)
 
   std::uint64_t checked() const { return checked_; }
@@ -90,6 +99,7 @@ class InvariantChecker final : public RunObserver {
       late_;  // ps.backup_workers: (key, iteration, worker)
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<int, std::string>> first_pull_digest_;
   std::map<std::uint32_t, LbDecision> decisions_;  // routing: by iteration, as first reported
+  std::function<Seconds()> clock_;
 };
 
 }  // namespace pstwin

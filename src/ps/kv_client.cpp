@@ -1,5 +1,7 @@
 #include "ps/kv_client.hpp"
 
+#include <algorithm>
+
 #include "core/assert.hpp"
 
 namespace pstwin {
@@ -13,9 +15,9 @@ KvClient::KvClient(Runtime& runtime, KvClientOptions options, const SyntheticWor
       push_stage_(push_stage),
       fill_(std::move(fill)) {}
 
-void KvClient::push(const PartitionSpec& partition, Payload payload) {
+void KvClient::push(const PartitionSpec& partition, Payload payload, std::string buffer) {
   ready_.emplace(std::make_pair(-partition.priority, staged_sequence_++),
-                 std::make_pair(&partition, std::move(payload)));
+                 Ready{&partition, std::move(payload), std::move(buffer)});
   dispatch();
 }
 
@@ -69,6 +71,12 @@ bool KvClient::release_credit(const Message& ack) {
     return false;
   }
   unacked_.erase(pushed);
+  if (const auto span = in_flight_spans_.find(ack.header.key); span != in_flight_spans_.end()) {
+    rt_.trace_tagged("push " + std::to_string(span->second.lane), "push", "push", span->second.since,
+                     rt_.now(), span->second.tags);
+    push_lanes_busy_[static_cast<std::size_t>(span->second.lane)] = false;
+    in_flight_spans_.erase(span);
+  }
   PSTWIN_ASSERT(in_flight_ > 0, "a push in flight that the credit does not count");
   --in_flight_;
   --in_flight_to_[slot_of(ack.header.sender, options_.servers)];
@@ -79,7 +87,7 @@ bool KvClient::release_credit(const Message& ack) {
 void KvClient::dispatch() {
   const int credit = options_.scheduling_credit;
   for (auto it = ready_.begin(); it != ready_.end() && (decisions_ || credit == 0 || in_flight_ < credit);) {
-    int& to_aggregator = in_flight_to_[destination(*it->second.first)];
+    int& to_aggregator = in_flight_to_[destination(*it->second.partition)];
     if (decisions_ && credit != 0 && to_aggregator >= credit) {
       ++it;
       continue;
@@ -87,18 +95,30 @@ void KvClient::dispatch() {
     auto node = ready_.extract(it++);
     ++in_flight_;
     ++to_aggregator;
-    auto [partition, payload] = std::move(node.mapped());
+    auto [partition, payload, buffer] = std::move(node.mapped());
     if (const auto unfilled = fill_on_release_.find(node.key().second); unfilled != fill_on_release_.end()) {
-      auto buffer = std::make_shared<ByteBuffer>(partition->bytes, ByteBuffer::ForOverwrite{});
-      fill_(*partition, unfilled->second, buffer->floats());
-      payload = Payload::adopt(std::move(buffer));
+      auto filled = std::make_shared<ByteBuffer>(partition->bytes, ByteBuffer::ForOverwrite{});
+      fill_(*partition, unfilled->second, filled->floats());
+      payload = Payload::adopt(std::move(filled));
       fill_on_release_.erase(unfilled);
     }
-    push_stage_.submit(0, "push", {}, {}, [this, partition, payload = std::move(payload)]() mutable {
+    SpanTags tags{partition->key, iteration_, options_.rank, std::move(buffer), partition->bytes};
+    auto release = [this, partition, payload = std::move(payload), tags]() mutable {
       const NodeId to = slot_node(destination(*partition), options_.servers);
       unacked_[partition->key] = to;
+      const auto free = std::ranges::find(push_lanes_busy_, false);
+      const auto lane = static_cast<int>(free - push_lanes_busy_.begin());
+      if (free == push_lanes_busy_.end())
+        push_lanes_busy_.push_back(true);
+      else
+        *free = true;
+      auto [span, fresh] = in_flight_spans_.try_emplace(partition->key);
+      // A second push of a key before the first's acknowledgement: the first's span ends unrecorded.
+      if (!fresh) push_lanes_busy_[static_cast<std::size_t>(span->second.lane)] = false;
+      span->second = {rt_.now(), lane, std::move(tags)};
       send(to, options_.fused ? Command::kPushPull : Command::kPush, *partition, std::move(payload));
-    });
+    };
+    push_stage_.submit_tagged(0, "dispatch", {}, {}, std::move(release), tags);
   }
 }
 

@@ -16,7 +16,9 @@
 #include <functional>
 #include <map>
 #include <span>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/message.hpp"
 #include "core/payload.hpp"
@@ -30,6 +32,7 @@ struct KvClientOptions {
   int servers = 1;
   int scheduling_credit = 0;  // 0: no limit
   bool fused = false;         // ps.push_pull = "fused"
+  int rank = -1;              // the worker's rank, for its trace spans
 };
 
 class KvClient {
@@ -44,7 +47,8 @@ class KvClient {
   // The iteration whose requests are sent from now on (their header and their decision).
   void set_iteration(std::uint32_t iteration) { iteration_ = iteration; }
   // A staged partition, pushed once the credit lets it leave.
-  void push(const PartitionSpec& partition, Payload payload);
+  // `buffer`: the staging buffer it was copied into ("": none), named in the push's trace span.
+  void push(const PartitionSpec& partition, Payload payload, std::string buffer = {});
   // A synthetic partition whose values are written when it leaves, as iteration `iteration`'s: filling
   // every push when staged wrote a whole model of cold buffers per iteration (about 7 % of a 1 MiB
   // loopback run's CPU).
@@ -73,8 +77,13 @@ class KvClient {
   Executor& push_stage_;
   Fill fill_;
   std::uint32_t iteration_ = 0;
+  struct Ready {
+    const PartitionSpec* partition;
+    Payload payload;
+    std::string buffer;
+  };
   // Staged partitions waiting for credit, by (-priority, staging sequence).
-  std::map<std::pair<std::int32_t, std::uint64_t>, std::pair<const PartitionSpec*, Payload>> ready_;
+  std::map<std::pair<std::int32_t, std::uint64_t>, Ready> ready_;
   std::uint64_t staged_sequence_ = 0;
   // push_filled_on_release: by staging sequence, the iteration whose values the push carries.
   std::map<std::uint64_t, std::uint32_t> fill_on_release_;
@@ -83,6 +92,16 @@ class KvClient {
   // Keys pushed and not yet acknowledged, with the aggregator each went to: an acknowledgement of
   // anything else is a copy (a duplicated message) and returns no credit.
   std::map<std::uint64_t, NodeId> unacked_;
+  // Each push in flight (sent, not yet acknowledged) as its trace span will show it: from the credit
+  // letting it go to its acknowledgement, the time its staging buffer must stay untouched. Spans that
+  // overlap go on lanes of their own ("push 0", "push 1", ...), each the lowest one free.
+  struct InFlight {
+    Seconds since = 0;
+    int lane = 0;
+    SpanTags tags;
+  };
+  std::map<std::uint64_t, InFlight> in_flight_spans_;
+  std::vector<bool> push_lanes_busy_;
 };
 
 }  // namespace pstwin

@@ -81,6 +81,10 @@ class Resender final : public Runtime, public Node {
   void trace_span(std::string_view category, std::string_view name, Seconds start, Seconds end) override {
     inner_.trace_span(category, name, start, end);
   }
+  void trace_tagged(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
+                    Seconds end, const SpanTags& tags) override {
+    inner_.trace_tagged(lane, category, name, start, end, tags);
+  }
   void log(std::string_view text) override { inner_.log(text); }
   void stop() override;
   void fail(std::string text) override { inner_.fail(std::move(text)); }

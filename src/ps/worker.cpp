@@ -28,7 +28,8 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
       kv_(context.runtime,
           KvClientOptions{.servers = context.scenario.roles.servers,
                           .scheduling_credit = context.scenario.ps.scheduling_credit,
-                          .fused = context.scenario.ps.push_pull == PushPullMode::kFused},
+                          .fused = context.scenario.ps.push_pull == PushPullMode::kFused,
+                          .rank = rank},
           workload, decisions_.get(), context.runtime.executor("push", 1),
           [this](const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) {
             fill_push(partition, iteration, out);
@@ -236,8 +237,11 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   // writes into a shared buffer between them is what gets sent.
   std::shared_ptr<ByteBuffer> region = phantom ? nullptr : staging_buffer(partition);
   const std::uint32_t iteration = iteration_;
-  auto staged = [this, region, &partition, phantom] {
-    kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region));
+  // Named in the trace, so two workers' copies into one shared buffer show as the same name.
+  std::string buffer = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker,
+                                           rank_, partition.key);
+  auto staged = [this, region, &partition, phantom, buffer] {
+    kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region), buffer);
   };
   if (device_) {
     // The values are produced on the device (the backward pass's output), then copied device -> host
@@ -255,7 +259,8 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   auto copy_in = [this, region, &partition, iteration] {
     if (region) fill_push(partition, iteration, region->floats());
   };
-  copy_stage_.submit(0, "copy", copy_cost, std::move(copy_in), std::move(staged));
+  copy_stage_.submit_tagged(0, "copy", copy_cost, std::move(copy_in), std::move(staged),
+                            SpanTags{partition.key, iteration, rank_, std::move(buffer), partition.bytes});
 }
 
 Seconds Worker::pcie_seconds(std::uint64_t bytes) const {

@@ -9,6 +9,7 @@
 #include "ps/training.hpp"
 #include "ps/workload.hpp"
 #include "report/accuracy_recorder.hpp"
+#include "report/breakdown.hpp"
 #include "report/run_recorder.hpp"
 #include "report/run_report.hpp"
 #include "report/staleness_recorder.hpp"
@@ -51,7 +52,8 @@ class RunObservers {
   AccuracyRecorder accuracy;
   ValidationRecorder validation;
   StalenessRecorder staleness{static_cast<std::uint64_t>(sc_.ps.max_staleness)};
-  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation, &staleness}};
+  BreakdownRecorder breakdown;  // fed spans by the simulator only
+  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation, &staleness, &breakdown}};
 };
 
 }  // namespace pstwin

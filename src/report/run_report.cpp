@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 namespace pstwin {
 namespace {
@@ -86,8 +87,12 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   inv["checked"] = r.invariants_checked;
   inv["violation_count"] = r.violation_count;
   inv["violations"] = ordered_json::array();
-  for (const auto& v : r.violations)
-    inv["violations"].push_back({{"invariant", v.invariant}, {"detail", v.detail}, {"replay", r.replay}});
+  for (const auto& v : r.violations) {
+    ordered_json violation = {{"invariant", v.invariant}, {"detail", v.detail}, {"replay", r.replay}};
+    if (v.time_s) violation["time_s"] = *v.time_s;
+    if (v.node != kNoNode) violation["node"] = v.node;
+    inv["violations"].push_back(std::move(violation));
+  }
   inv["by_invariant"] = tallies_json(r.invariant_tallies);
   j["invariants"] = inv;
   j["links"] = ordered_json::array();
@@ -117,6 +122,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
     j["bound"] = nullptr;
   if (r.balancing) j["balancing"] = balancing_json(*r.balancing);
   if (r.faults) j["faults"] = faults_json(*r.faults);
+  if (r.breakdown) j["breakdown"] = breakdown_json(*r.breakdown);
   j["nodes"] = ordered_json::array();
   for (const auto& n : r.nodes) j["nodes"].push_back(node_info_json(n));
   j["run_time_s"] = r.run_time_s;
@@ -125,6 +131,29 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["replay"] = r.replay;
   j["trace_dropped"] = r.trace_dropped;
   j["wall_s"] = r.wall_s;
+  return j;
+}
+
+nlohmann::ordered_json breakdown_json(const TimeBreakdown& b) {
+  nlohmann::ordered_json j;
+  j["summary"] = b.largest;
+  j["workers"] = nlohmann::ordered_json::array();
+  for (const auto& w : b.workers)
+    j["workers"].push_back({{"worker", w.worker},
+                            {"iteration", w.iteration},
+                            {"compute_s", w.compute_s},
+                            {"push_s", w.push_s},
+                            {"credit_wait_s", w.credit_wait_s},
+                            {"copy_s", w.copy_s},
+                            {"pull_s", w.pull_s},
+                            {"aggregate_wait_s", w.aggregate_wait_s}});
+  j["servers"] = nlohmann::ordered_json::array();
+  for (const auto& s : b.servers)
+    j["servers"].push_back({{"server", s.server},
+                            {"aggregate_s", s.aggregate_s},
+                            {"receive_s", s.receive_s},
+                            {"send_s", s.send_s},
+                            {"idle_s", s.idle_s}});
   return j;
 }
 
@@ -235,8 +264,11 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   for (const auto& it : j.at("iterations")) r.iterations.push_back({it.at("index"), it.at("time_s")});
   r.invariants_checked = j.at("invariants").at("checked");
   r.violation_count = j.at("invariants").at("violation_count");
-  for (const auto& v : j.at("invariants").at("violations"))
+  for (const auto& v : j.at("invariants").at("violations")) {
     r.violations.push_back({v.at("invariant"), v.at("detail")});
+    if (v.contains("time_s")) r.violations.back().time_s = v["time_s"].get<double>();
+    r.violations.back().node = v.value("node", kNoNode);
+  }
   if (j.at("invariants").contains("by_invariant"))
     add_tallies_from_json(j["invariants"]["by_invariant"], r.invariant_tallies);
   for (const auto& l : j.at("links")) {
@@ -311,6 +343,48 @@ FaultCounts faults_from_json(const nlohmann::ordered_json& j) {
   return c;
 }
 
+namespace {
+
+// "send->8" -> "send->server 0": connection lanes named by the peer's role and rank, as processes
+// are; a node id the table does not know stays as it is.
+std::string lane_name(const std::string& lane, const std::map<NodeId, std::string>& node_names) {
+  for (const std::string_view prefix : {"send->", "recv<-"}) {
+    if (!lane.starts_with(prefix)) continue;
+    const std::string id = lane.substr(prefix.size());
+    if (id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos) return lane;
+    const auto it = node_names.find(static_cast<NodeId>(std::stoul(id)));
+    return it == node_names.end() ? lane : std::string(prefix) + it->second;
+  }
+  return lane;
+}
+
+// "worker 3" (or "worker 3 (h1)") -> 3 for a worker's process label; -1 for any other.
+int worker_rank(std::string_view process) {
+  constexpr std::string_view prefix = "worker ";
+  if (!process.starts_with(prefix)) return -1;
+  int rank = 0;
+  bool digits = false;
+  for (const char c : process.substr(prefix.size())) {
+    if (c < '0' || c > '9') break;
+    rank = rank * 10 + (c - '0');
+    digits = true;
+  }
+  return digits ? rank : -1;
+}
+
+bool is_push_send(const TraceSpan& span) {
+  return span.category == "send" && (span.name == "push" || span.name == "push_pull");
+}
+
+}  // namespace
+
+std::string trace_warning(const RunReport& report) {
+  if (report.trace_dropped == 0) return "";
+  return "trace.json is incomplete: " + std::to_string(report.trace_dropped) + " events beyond " +
+         std::to_string(report.trace.size()) +
+         " were dropped (output.trace_max_events); raise it, or trace fewer iterations or workers";
+}
+
 std::string trace_json(const RunReport& report) {
   using nlohmann::ordered_json;
   // Chrome's trace viewer wants integer-ish microseconds; tids are numbered per process in order of
@@ -318,26 +392,97 @@ std::string trace_json(const RunReport& report) {
   ordered_json events = ordered_json::array();
   std::map<std::pair<int, std::string>, int> tids;
   std::map<int, std::string> processes;
-  for (const auto& span : report.trace) {
-    processes.emplace(span.pid, span.process);
-    auto [it, inserted] = tids.try_emplace({span.pid, span.thread}, static_cast<int>(tids.size()) + 1);
+  // The scheduler is not in its own node table; a node still registering has no id yet.
+  std::map<NodeId, std::string> node_names = {{kSchedulerId, "scheduler"}, {kNoNode, "registering node"}};
+  for (const auto& n : report.nodes)
+    node_names[n.id] = n.role == Role::kScheduler
+                           ? "scheduler"
+                           : std::string(role_name(n.role)) + " " + std::to_string(n.rank);
+  auto tid_of = [&](int pid, const std::string& thread) {
+    auto [it, inserted] = tids.try_emplace({pid, thread}, static_cast<int>(tids.size()) + 1);
     if (inserted)
       events.push_back({{"name", "thread_name"},
                         {"ph", "M"},
-                        {"pid", span.pid},
+                        {"pid", pid},
                         {"tid", it->second},
-                        {"args", {{"name", span.thread}}}});
+                        {"args", {{"name", thread}}}});
+    return it->second;
+  };
+  // One flow per worker's push of a key in an iteration: its copy, its push, the send carrying it and
+  // the aggregation of it, joined by arrows in time order (Chrome/Perfetto flow events).
+  struct FlowPoint {
+    double ts_us;
+    int pid;
+    int tid;
+  };
+  std::map<std::tuple<int, std::uint64_t, std::uint32_t>, std::vector<FlowPoint>> flows;
+  std::vector<std::tuple<int, std::uint64_t, std::uint32_t>> flow_order;
+  for (const auto& span : report.trace) {
+    processes.emplace(span.pid, span.process);
+    const int tid = tid_of(span.pid, lane_name(span.thread, node_names));
     ordered_json event = {{"name", span.name},
                           {"cat", span.category},
                           {"ph", "X"},
                           {"ts", span.start_s * 1e6},
                           {"dur", (span.end_s - span.start_s) * 1e6},
                           {"pid", span.pid},
-                          {"tid", it->second}};
-    if (span.message)
-      event["args"] = {
-          {"key", span.message->key}, {"iteration", span.message->iteration}, {"bytes", span.message->bytes}};
+                          {"tid", tid}};
+    if (const auto& m = span.message) {
+      event["args"] = {{"key", m->key}, {"iteration", m->iteration}, {"bytes", m->bytes}};
+      if (m->worker >= 0) event["args"]["worker"] = m->worker;
+      if (!m->buffer.empty()) event["args"]["buffer"] = m->buffer;
+      const int worker = is_push_send(span) ? worker_rank(span.process) : m->worker;
+      const bool joins = is_push_send(span) || span.category == "copy" || span.category == "push" ||
+                         (span.category == "engine" && span.name == "aggregate");
+      if (joins && worker >= 0) {
+        auto [flow, fresh] = flows.try_emplace({worker, m->key, m->iteration});
+        if (fresh) flow_order.push_back(flow->first);
+        flow->second.push_back({span.start_s * 1e6, span.pid, tid});
+      }
+    }
     events.push_back(std::move(event));
+  }
+  std::uint64_t flow_id = 0;
+  for (const auto& id : flow_order) {
+    auto& points = flows[id];
+    ++flow_id;
+    if (points.size() < 2) continue;
+    std::stable_sort(points.begin(), points.end(),
+                     [](const FlowPoint& a, const FlowPoint& b) { return a.ts_us < b.ts_us; });
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const char* phase = i == 0 ? "s" : (i + 1 == points.size() ? "f" : "t");
+      events.push_back({{"name", "push"},
+                        {"cat", "flow"},
+                        {"ph", phase},
+                        {"id", flow_id},
+                        {"bp", "e"},
+                        {"ts", points[i].ts_us},
+                        {"pid", points[i].pid},
+                        {"tid", points[i].tid}});
+    }
+  }
+  // A marker where and when each kept violation was seen; the process of its node, else global.
+  std::map<std::string, int> pid_of_process;
+  for (const auto& [pid, name] : processes) pid_of_process.emplace(name, pid);
+  for (const auto& v : report.violations) {
+    if (!v.time_s) continue;
+    ordered_json marker = {{"name", "violation: " + v.invariant},
+                           {"cat", "violation"},
+                           {"ph", "i"},
+                           {"ts", *v.time_s * 1e6},
+                           {"args", {{"invariant", v.invariant}, {"detail", v.detail}}}};
+    const auto name = node_names.find(v.node);
+    const auto pid = name == node_names.end() ? pid_of_process.end() : pid_of_process.find(name->second);
+    if (pid != pid_of_process.end()) {
+      marker["s"] = "p";
+      marker["pid"] = pid->second;
+      marker["tid"] = tid_of(pid->second, "violations");
+    } else {
+      marker["s"] = "g";
+      marker["pid"] = 0;
+      marker["tid"] = 0;
+    }
+    events.push_back(std::move(marker));
   }
   for (const auto& [pid, name] : processes)
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
@@ -348,6 +493,7 @@ std::string trace_json(const RunReport& report) {
                       {"backend", report.backend},
                       {"seed", report.seed},
                       {"dropped_spans", report.trace_dropped}};
+  if (report.trace_dropped > 0) doc["otherData"]["warning"] = trace_warning(report);
   return doc.dump() + "\n";
 }
 
@@ -400,6 +546,36 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
     out << "  analytic bound: " << r.bound->time_s << " s per iteration (achieved " << achieved
         << " s, achieved/bound = " << achieved / r.bound->time_s << ")\n";
   }
+  if (r.breakdown && !r.breakdown->largest.empty()) {
+    out << "  time breakdown: " << r.breakdown->largest;
+    // Credit or network: when waiting for credit is the largest share, the busiest link says which
+    // one holds the pushes back.
+    double credit = 0;
+    for (const auto& w : r.breakdown->workers) credit += w.credit_wait_s;
+    double largest_other = 0;
+    for (const auto field : {&WorkerTimes::compute_s, &WorkerTimes::push_s, &WorkerTimes::copy_s,
+                             &WorkerTimes::pull_s, &WorkerTimes::aggregate_wait_s}) {
+      double sum = 0;
+      for (const auto& w : r.breakdown->workers) sum += w.*field;
+      largest_other = std::max(largest_other, sum);
+    }
+    double busiest_link = 0;
+    for (const auto& l : r.links) busiest_link = std::max(busiest_link, l.utilization);
+    // Near its bound the network is the limit; well above it with links far from full, the credit is.
+    const double achieved = r.bound && r.bound->achieved_s > 0 ? r.bound->achieved_s : r.mean_iteration_s();
+    const double ratio = r.bound && r.bound->time_s > 0 ? achieved / r.bound->time_s : 0;
+    if (credit > largest_other && !r.links.empty()) {
+      out << "; the busiest link carried " << std::setprecision(0) << busiest_link * 100
+          << std::setprecision(6) << " % of its bandwidth";
+      if (ratio > 0 && ratio <= 1.1)
+        out << ": within 10 % of the bound, the network is the limit";
+      else if (busiest_link < 0.8)
+        out << ": the credit, not the network, limits the pipeline";
+      else
+        out << ": the network is near its limit as well";
+    }
+    out << "\n";
+  }
   if (r.balancing && !r.balancing->decisions.empty())
     out << "  load balancing: " << r.balancing->decisions.size() << " decisions, last version "
         << r.balancing->decisions.back().version << "; balanced iterations "
@@ -446,6 +622,7 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
     else
       out << "  resend: off\n";
   }
+  if (r.trace_dropped > 0) out << "  warning: " << trace_warning(r) << "\n";
   out << "  invariants: " << r.invariants_checked << " checked, " << r.violation_count << " violated\n";
   // The rate is the evidence for a race (crossed aggregates per aggregate), not only its existence.
   for (const auto& [name, t] : r.invariant_tallies)

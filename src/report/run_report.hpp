@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/runtime.hpp"
 #include "ps/control.hpp"
 #include "ps/faults.hpp"
 #include "ps/invariants.hpp"
@@ -110,13 +111,19 @@ StalenessSummary staleness_from_json(const nlohmann::json& json);
 // Adds `more` (another server's keys) into `into`: counts summed, largest stalenesses kept.
 void add_staleness(StalenessSummary& into, const StalenessSummary& more);
 
-// What a send or receive span carried (trace.json "args"), so a trace answers per-key questions: when
-// each worker's push of a key reached its aggregator, how long the reply took (docs/FPT.md).
+// What a span worked on (trace.json "args"), so a trace answers per-key questions: when each
+// worker's push of a key reached its aggregator, how long the reply took (docs/FPT.md), whose copy
+// into which staging buffer overlapped whose send (docs/TRACE.md).
 struct TraceMessage {
   std::uint64_t key = 0;
   std::uint32_t iteration = 0;
-  std::uint64_t bytes = 0;  // on the wire: header and payload
+  std::uint64_t bytes = 0;  // send and receive: on the wire, header and payload; else the payload
+  int worker = -1;          // copy, push, aggregate: the worker whose push it is; -1: none
+  std::string buffer = {};  // copy, push: the staging buffer's name; "": none
 };
+inline TraceMessage trace_message(const SpanTags& tags) {
+  return {tags.key, tags.iteration, tags.bytes, tags.worker, tags.buffer};
+}
 
 struct TraceSpan {
   std::string process;  // node label, e.g. "worker 0 (h1)"
@@ -126,8 +133,37 @@ struct TraceSpan {
   std::string name;
   double start_s = 0;
   double end_s = 0;
-  std::optional<TraceMessage> message;  // send and receive spans only
+  std::optional<TraceMessage> message;  // send, receive and tagged spans (copy, push, aggregate)
 };
+
+// Where the time went (simulator). Per worker and iteration, the iteration's time split by what the
+// worker was doing, each instant counted once, the first that applies: computing, a push in flight
+// (from the credit letting it go to its acknowledgement), a staged partition waiting for credit,
+// copying into staging, receiving a pull response, else waiting for the aggregate. Per server: busy
+// aggregating, receiving or sending (each instant once), and idle.
+struct WorkerTimes {
+  int worker = 0;
+  std::uint32_t iteration = 0;
+  double compute_s = 0;
+  double push_s = 0;
+  double credit_wait_s = 0;
+  double copy_s = 0;
+  double pull_s = 0;
+  double aggregate_wait_s = 0;
+};
+struct ServerTimes {
+  std::string server;  // "server 0"
+  double aggregate_s = 0;
+  double receive_s = 0;
+  double send_s = 0;
+  double idle_s = 0;  // run time when it did none of these
+};
+struct TimeBreakdown {
+  std::vector<WorkerTimes> workers;
+  std::vector<ServerTimes> servers;
+  std::string largest;  // one sentence naming the largest share and its cause
+};
+nlohmann::ordered_json breakdown_json(const TimeBreakdown& breakdown);
 
 struct RunReport {
   std::string scenario;
@@ -150,7 +186,8 @@ struct RunReport {
   std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;
-  std::optional<FaultCounts> faults;  // scenarios with [faults] or ps.resend (sim)
+  std::optional<FaultCounts> faults;       // scenarios with [faults] or ps.resend (sim)
+  std::optional<TimeBreakdown> breakdown;  // sim
   std::vector<NodeInfo> nodes;
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
   std::uint64_t messages = 0;
@@ -166,7 +203,11 @@ struct RunReport {
 
 nlohmann::ordered_json to_json(const RunReport& report);
 RunReport report_from_json(const nlohmann::ordered_json& json);  // without trace
-std::string trace_json(const RunReport& report);                 // Chrome trace format
+// Chrome trace format (docs/TRACE.md): spans with what they worked on, flows from each copy to its
+// aggregation, a marker at each violation, lanes named by role.
+std::string trace_json(const RunReport& report);
+// "" when the trace is whole; else a sentence saying how many events were dropped and what to do.
+std::string trace_warning(const RunReport& report);
 
 // {"aggregates": {"checked": 20, "violated": 6}, ...} and back; adds into `into` (merging node parts).
 nlohmann::ordered_json tallies_json(const InvariantTallies& tallies);
