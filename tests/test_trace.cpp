@@ -147,6 +147,8 @@ TEST(Trace, ReplayedCrossedLineShowsTheRaceFlowsAndTheViolation) {
   // Lanes are named by role, as processes are.
   EXPECT_TRUE(trace.lanes.contains("send->server 0")) << "lanes: " << nlohmann::json(trace.lanes).dump();
   EXPECT_TRUE(trace.lanes.contains("recv<-worker 1")) << nlohmann::json(trace.lanes).dump();
+  // The scheduler's answers to registrations, before the nodes had ids.
+  EXPECT_TRUE(trace.lanes.contains("send->registrant 0")) << nlohmann::json(trace.lanes).dump();
   for (const auto& lane : trace.lanes)
     EXPECT_FALSE(std::regex_match(lane, std::regex(R"((send->|recv<-)\d+)"))) << lane;
 }

@@ -20,6 +20,10 @@ inline constexpr NodeId kValidatorIdBase = 1 << 20;
 inline constexpr std::uint16_t kCandidateApp = 1;
 inline constexpr std::uint16_t kVerdictApp = 2;
 
+// Registrants have no id until the node table: the scheduler's answers to them (accepted, refused) go
+// through connection ids from here up, far above every server, worker and validator id.
+inline constexpr NodeId kRegistrantIdBase = NodeId{1} << 30;
+
 constexpr NodeId server_id(int rank) {
   return 2 * rank + 8;
 }

@@ -7,13 +7,6 @@
 #include "ps/ids.hpp"
 
 namespace pstwin {
-namespace {
-
-// Registrants have no id until the node table: answers to them (accepted, refused) go through
-// connection ids from here up, far above every server, worker and validator id.
-constexpr NodeId kRegistrantIdBase = NodeId{1} << 30;
-
-}  // namespace
 
 Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& observer)
     : rt_(runtime),

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "ps/ids.hpp"
+
 namespace pstwin {
 namespace {
 
@@ -351,8 +353,12 @@ std::string lane_name(const std::string& lane, const std::map<NodeId, std::strin
   for (const std::string_view prefix : {"send->", "recv<-"}) {
     if (!lane.starts_with(prefix)) continue;
     const std::string id = lane.substr(prefix.size());
-    if (id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos) return lane;
-    const auto it = node_names.find(static_cast<NodeId>(std::stoul(id)));
+    if (id.empty() || id.size() > 10 || id.find_first_not_of("0123456789") != std::string::npos) return lane;
+    const auto node = static_cast<NodeId>(std::stoul(id));
+    // The scheduler's answer to a registration, before the node had an id.
+    if (node >= kRegistrantIdBase)
+      return std::string(prefix) + "registrant " + std::to_string(node - kRegistrantIdBase);
+    const auto it = node_names.find(node);
     return it == node_names.end() ? lane : std::string(prefix) + it->second;
   }
   return lane;
