@@ -281,6 +281,8 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   j["address"] = p.address;
   j["completed"] = p.completed;
   j["failure"] = p.failure;
+  if (p.crashed) j["crashed"] = true;
+  if (p.faults) j["faults"] = faults_json(*p.faults);
   j["checked"] = p.checked;
   j["violation_count"] = p.violation_count;
   j["violations"] = ordered_json::array();
@@ -326,6 +328,8 @@ NodePart part_from_json(const nlohmann::json& j) {
   p.address = j.at("address").get<std::string>();
   p.completed = j.at("completed");
   p.failure = j.at("failure").get<std::string>();
+  p.crashed = j.value("crashed", false);
+  if (j.contains("faults")) p.faults = faults_from_json(nlohmann::ordered_json(j.at("faults")));
   p.checked = j.at("checked");
   p.violation_count = j.at("violation_count");
   for (const auto& v : j.at("violations")) p.violations.push_back({v.at("invariant"), v.at("detail")});
@@ -370,6 +374,17 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
   if (!failure.empty()) failures << failure;
   for (const auto& part : parts) {
     const std::string name = node_name(part);
+    if (part.faults) {
+      if (!report.faults) report.faults.emplace();
+      report.faults->resend_enabled = part.faults->resend_enabled;
+      add_fault_counts(*report.faults, *part.faults);
+      // The scheduler declared them; every node heard it.
+      if (report.faults->lost_workers.size() < part.faults->lost_workers.size())
+        report.faults->lost_workers = part.faults->lost_workers;
+    }
+    // A node crashed by faults.crashes is the fault, not the job's failure: the scheduler declares it
+    // dead, and the job then fails naming it or goes on without it (ps.on_worker_loss).
+    if (part.crashed) continue;
     if (!part.completed && failure.empty())
       failures << (failures.tellp() > 0 ? "; " : "") << name << ": " << part.failure;
     report.invariants_checked += part.checked;
@@ -515,6 +530,11 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     // Host-local resources (staging in /dev/shm) are the scenario host's, as in the simulator: every
     // emulated host shares this machine's /dev/shm, namespaces or not.
     env.push_back("PSTWIN_HOST=" + spec.host);
+    // One clock for the job's [faults] windows: the steady clock, which every process here shares.
+    env.push_back(
+        "PSTWIN_JOB_START=" +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(spawn_start.time_since_epoch()).count()));
     if (spec.worker_id >= 0) env.push_back("DMLC_WORKER_ID=" + std::to_string(spec.worker_id));
     if (spec.validator_id >= 0)
       env.insert(env.end(),
@@ -582,6 +602,8 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       // Exit status 1 with a completed report is a node that saw violations: the job goes on.
       const auto part = read_part((dir / (child->name() + ".json")).string());
       if (code == 1 && part && part->completed) continue;
+      // Crashed by faults.crashes: the scheduler declares it dead and decides what follows.
+      if (part && part->crashed) continue;
       // Its own words name the node at fault: the scheduler that exits first on a heartbeat timeout
       // names the silent node, a node the scheduler ended names the one that failed.
       failure = child->name() + " failed with exit status " + std::to_string(code) +

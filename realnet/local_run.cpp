@@ -20,7 +20,14 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   const zeno::JobRoles roles(sc, cuda::device_factory());
   RunObservers observers(sc, roles.training());
-  LockedObserver observer(observers.fanout);
+  std::vector<LoopRuntime*> workers;  // by rank
+  // faults.crashes at an iteration: the worker's own loop reports it, so the crash is immediate.
+  CrashObserver crashes(sc, [&](int worker) {
+    workers.at(static_cast<std::size_t>(worker))
+        ->crash("crashed by faults.crashes as it would start its next iteration (as kill -9)");
+  });
+  ObserverFanout with_crashes({&observers.fanout, &crashes});
+  LockedObserver observer(crashes.needed() ? static_cast<RunObserver&>(with_crashes) : observers.fanout);
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
@@ -40,6 +47,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   auto add_role = [&](Role role, int count) {
     for (int r = 0; r < count; ++r) {
       auto& node = add(std::string(role_name(role)) + " " + std::to_string(r));
+      if (role == Role::kWorker) workers.push_back(&node);
       node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
         return roles.make(role, r, NodeContext{rt, sc, observer, scheduler_address});
       }));
@@ -83,12 +91,10 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     FaultCounts counts;
     counts.resend_enabled = sc.resend_enabled();
     for (const auto& node : nodes) {
-      const auto& injected = node->fault_counts();
-      counts.lost += injected.lost;
-      counts.duplicated += injected.duplicated;
-      if (counts.first_drop.empty()) counts.first_drop = injected.first_drop;
+      add_fault_counts(counts, node->fault_counts());
       add_resend_counts(node->protocol(), counts);
     }
+    counts.lost_workers = crashes.lost();
     report.faults = counts;
   }
   nodes.clear();  // joins every thread: nothing reports to the observers any more

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/codec.hpp"
 
@@ -167,6 +168,17 @@ ThreadExecutor::~ThreadExecutor() {
 void ThreadExecutor::submit(int lane, std::string_view label, ComputeCost cost, std::function<void()> work,
                             std::function<void()> done) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
+  // faults.slow: the modelled cost is stretched, and real work (the MLP's math) is followed by a sleep
+  // of (factor - 1) x its own time, as the simulator stretches both.
+  if (const double factor = node_.slow_factor(); factor > 1) {
+    cost.seconds *= factor;
+    if (work)
+      work = [work = std::move(work), factor] {
+        const auto start = std::chrono::steady_clock::now();
+        work();
+        std::this_thread::sleep_for((std::chrono::steady_clock::now() - start) * (factor - 1));
+      };
+  }
   const bool nothing_to_do = cost.seconds <= 0 && cost.flops <= 0 && !work;
   // Device work (a GPU copy that waits for its stream) always runs on the lane: it would stall the loop.
   const bool tiny =
@@ -322,30 +334,109 @@ bool LoopRuntime::post(std::function<void()> event) {
   return true;
 }
 
-void LoopRuntime::inject_faults(const Scenario& scenario) {
-  if (scenario.faults.loss > 0 || scenario.faults.duplicate > 0) faults_.emplace(scenario);
+void LoopRuntime::inject_faults(const Scenario& scenario, std::optional<double> job_start_s) {
+  if (!scenario.faults.any()) return;
+  faults_ = std::make_unique<NodeFaults>(scenario);
+  if (job_start_s) job_offset_s_ = host_.epoch_s() - *job_start_s;
+  // A timed crash names a node; a server learns its rank only from the node table, so every node
+  // arms every entry and the one it names, when it fires, crashes.
+  for (const auto& [node, at] : faults_->timed_crashes())
+    start_timer(std::max(0.0, at - job_time()), [this, node, at] {
+      if (self_ == kNoNode)
+        crashes_due_.emplace_back(node, at);  // not named yet (a slow start): when the node table comes
+      else
+        crash_if_named(node, at);
+    });
+}
+
+void LoopRuntime::set_self(NodeId id) {
+  self_ = id;
+  for (const auto& [node, at] : std::exchange(crashes_due_, {})) crash_if_named(node, at);
+}
+
+void LoopRuntime::crash_if_named(const std::string& node, Seconds at) {
+  if (faults_->name_of(self_) != node) return;
+  std::ostringstream why;
+  why << "crashed by faults.crashes at " << at << " s (as kill -9)";
+  crash(why.str());
+}
+
+void LoopRuntime::crash(std::string why) {
+  if (!on_loop()) {
+    post([this, why = std::move(why)]() mutable { crash(std::move(why)); });
+    return;
+  }
+  if (crashed_.exchange(true)) return;
+  ++fault_counts_.crashed;
+  log(why);
+  crash_reason_ = std::move(why);
+  mark_stopped();  // halts the loop now: the events, timers and messages after this one never run
+}
+
+double LoopRuntime::slow_factor() {
+  if (!faults_) return 1;
+  const double factor = faults_->slow_factor(job_time(), self_);
+  if (factor > 1) ++fault_counts_.slowed;
+  return factor;
 }
 
 void LoopRuntime::deliver(Message message) {
   // The receiving node draws (its own "faults.loss" and "faults.duplicate" streams): a real sender
   // cannot know what the network did to its message. Addresses, hence numbers, differ between runs.
   if (faults_) {
-    const auto fate = faults_->fate(
-        message.header, [this](std::string_view purpose) -> RandomStream& { return random(purpose); });
-    if (fate == FaultPlan::Fate::kLose) {
-      if (fault_counts_.first_drop.empty())
-        fault_counts_.first_drop =
-            describe_drop(message.header, "node " + std::to_string(message.header.sender), options_.label,
-                          now(), "faults.loss");
-      ++fault_counts_.lost;
+    const NodeId sender = message.header.sender;
+    // Behind a clogged message the connection's later ones wait too, in order.
+    if (const auto held = held_.find(sender); held != held_.end()) {
+      held->second.push_back(std::move(message));
       return;
     }
-    if (fate == FaultPlan::Fate::kDuplicate) {
-      ++fault_counts_.duplicated;
-      protocol_->on_message(message);
+    const auto verdict =
+        faults_->on_receipt(message.header, job_time(),
+                            [this](std::string_view purpose) -> RandomStream& { return random(purpose); });
+    auto drop = [&](std::string_view why) {
+      if (fault_counts_.first_drop.empty())
+        fault_counts_.first_drop = describe_drop(
+            message.header, NodeFaults::describe(sender, faults_->name_of(sender)),
+            NodeFaults::describe(message.header.recipient, faults_->name_of(message.header.recipient)),
+            job_time(), why);
+    };
+    switch (verdict.fate) {
+      case NodeFaults::Fate::kPartitioned:
+        drop("faults.partitions");
+        ++fault_counts_.partitioned;
+        return;
+      case NodeFaults::Fate::kLose:
+        drop("faults.loss");
+        ++fault_counts_.lost;
+        return;
+      case NodeFaults::Fate::kHold:
+        ++fault_counts_.clogged;
+        fault_counts_.clog_hold_s += verdict.release - job_time();
+        held_[sender].push_back(std::move(message));
+        start_timer(verdict.release - job_time(), [this, sender] { release_held(sender); });
+        return;
+      case NodeFaults::Fate::kDuplicate:
+        ++fault_counts_.duplicated;
+        protocol_->on_message(message);
+        break;
+      case NodeFaults::Fate::kDeliver:
+        break;
     }
   }
   protocol_->on_message(std::move(message));
+}
+
+void LoopRuntime::release_held(NodeId sender) {
+  const auto it = held_.find(sender);
+  if (it == held_.end()) return;
+  std::deque<Message> held = std::move(it->second);
+  held_.erase(it);
+  // Each goes through the faults again at its release: a later clog may hold it anew, and then the
+  // rest queue behind it once more.
+  while (!held.empty() && !halt_.load()) {
+    deliver(std::move(held.front()));
+    held.pop_front();
+  }
 }
 
 void LoopRuntime::connect(NodeId id, std::string_view address) {

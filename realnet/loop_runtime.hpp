@@ -25,6 +25,7 @@
 #include "core/runtime.hpp"
 #include "core/timer_queue.hpp"
 #include "ps/faults.hpp"
+#include "realnet/node_faults.hpp"
 #include "report/run_report.hpp"
 
 namespace pstwin::realnet {
@@ -164,10 +165,19 @@ class LoopRuntime : public Runtime {
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
   const Node* protocol() const { return protocol_.get(); }  // after halt()
-  // [faults] loss and duplication, applied to what this node receives (before start()). Partitions,
-  // clogs and slow nodes are the simulator's only (docs/FAULTS.md).
-  void inject_faults(const Scenario& scenario);
+  // [faults] as this node applies them (before start(); realnet/node_faults.hpp): loss, duplication,
+  // partitions and clogs to what it receives, faults.slow to its executor tasks, timed crashes to
+  // itself. `job_start_s`: the job's start on the steady clock (PSTWIN_JOB_START), the zero of every
+  // fault window; unset: this process's start.
+  void inject_faults(const Scenario& scenario, std::optional<double> job_start_s = std::nullopt);
   const FaultCounts& fault_counts() const { return fault_counts_; }  // after halt()
+  // Stops this node dead, as kill -9 would (faults.crashes): nothing more is handled, sent or timed;
+  // what it had already sent still leaves. Any thread.
+  void crash(std::string why);
+  bool crashed() const { return crashed_.load(); }
+  const std::string& crash_reason() const { return crash_reason_; }  // after halt()
+  // How many times longer an executor task starting now takes (faults.slow; 1: not slowed). Loop only.
+  double slow_factor();
   void start();  // starts the event loop, which runs Node::start() first
   // Ends the event loop and joins it (idempotent); afterwards protocol state may be read here.
   void halt();
@@ -181,7 +191,7 @@ class LoopRuntime : public Runtime {
 
   // Runtime
   NodeId self() const override { return self_; }
-  void set_self(NodeId id) override { self_ = id; }
+  void set_self(NodeId id) override;
   std::string local_address() const override { return address_; }
   std::string host_name() const override { return host_name_; }
   void connect(NodeId id, std::string_view address) override;
@@ -214,7 +224,7 @@ class LoopRuntime : public Runtime {
   // The bound address, set by the subclass's constructor.
   void set_address(std::string address) { address_ = std::move(address); }
   bool halting() const { return halt_.load(); }
-  // Hands a received message to the protocol (event loop only), through faults.loss and duplicate.
+  // Hands a received message to the protocol (event loop only), through the injected faults.
   void deliver(Message message);
   static std::string span_name(const MessageHeader& header);
   static TraceMessage trace_message(const Message& message);  // a send or receive span's args
@@ -233,6 +243,11 @@ class LoopRuntime : public Runtime {
  private:
   void run_loop();
   void mark_stopped();
+  void release_held(NodeId sender);
+  void crash_if_named(
+      const std::string& node,
+      Seconds at);  // a timed crash, if it names this node  // a clog ended: what it held goes on, in order
+  Seconds job_time() const { return now() + job_offset_s_; }
   // The protocol's last word on the loop, once; then the failure is recorded and the loop ends.
   void fail_on_loop(std::string text, bool configuration);
   bool on_loop() const { return std::this_thread::get_id() == loop_id_.load(); }
@@ -242,8 +257,14 @@ class LoopRuntime : public Runtime {
   std::string address_;
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
-  std::optional<FaultPlan> faults_;  // loss or duplication configured
-  FaultCounts fault_counts_;         // event loop only
+  std::unique_ptr<NodeFaults> faults_;          // a fault configured
+  Seconds job_offset_s_ = 0;                    // job time = now() + this
+  FaultCounts fault_counts_;                    // event loop only
+  std::map<NodeId, std::deque<Message>> held_;  // by sender: clogged, and what came behind it
+  std::atomic<bool> crashed_ = false;
+  std::string crash_reason_;  // event loop only
+  // Timed crashes that fired before the node table named this node: taken when it does.
+  std::vector<std::pair<std::string, Seconds>> crashes_due_;
 
   // Event loop state, guarded by mutex_: posted events run FIFO, then received messages, then due
   // timers in (deadline, id) order, then the events those posted, then queued sends go out.

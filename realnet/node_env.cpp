@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <limits>
 #include <string_view>
 
@@ -83,7 +84,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "DMLC_PS_VAN_TYPE",
                                               "PSTWIN_NIC_RATE",
                                               "PSTWIN_PACING",
-                                              "PSTWIN_HOST"};
+                                              "PSTWIN_HOST",
+                                              "PSTWIN_JOB_START"};
   return names;
 }
 
@@ -283,6 +285,17 @@ NodeEnv parse_node_env(const Env& env) {
           "a host name of at most 64 characters (nodes with the same PSTWIN_HOST share staging memory), "
           "e.g. h1; unset: this machine's host name");
     out.host = *v;
+  }
+  if (const auto* v = find(env, "PSTWIN_JOB_START"); v != nullptr && !v->empty()) {
+    const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    out.job_start_s = static_cast<double>(
+                          integer("PSTWIN_JOB_START", *v, 0, now_ns,
+                                  "the job's start on this machine's steady clock in nanoseconds, not later "
+                                  "than now (pstwin run sets it; the zero of every [faults] window); unset: "
+                                  "this node's start")) *
+                      1e-9;
   }
   return out;
 }

@@ -48,6 +48,9 @@ struct NodeEnv {
   // of one job with equal hosts share it. `pstwin run` sets each node's scenario host; "" (unset):
   // this machine's host name, so hand-launched nodes share exactly when they share a machine.
   std::string host;
+  // PSTWIN_JOB_START: the job's start on the steady clock, the zero of every [faults] window (`pstwin
+  // run` sets it, so every node injects on the job's clock); unset: this node's own start.
+  std::optional<double> job_start_s;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

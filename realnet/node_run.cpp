@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -139,6 +140,7 @@ class ReceiveCounter final : public Node {
   std::string describe_state() const override { return inner_->describe_state(); }
   void on_failing(std::string_view why) override { inner_->on_failing(why); }
   std::uint64_t bytes() const { return bytes_; }  // read after the event loop has stopped
+  const Node* inner() const { return inner_.get(); }
 
  private:
   std::unique_ptr<Node> inner_;
@@ -267,6 +269,14 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   const bool counts_staleness =
       sc.ps.max_staleness > 0 && (env.role == Role::kServer || env.role == Role::kWorker);
   if (counts_staleness) observers.push_back(&staleness);
+  // faults.crashes at an iteration: this worker's loop reports it, and stops itself at once.
+  // It also records the workers the scheduler declared lost, for results.json.
+  LoopRuntime* self_runtime = nullptr;
+  CrashObserver crashes(sc, [&](int worker) {
+    if (env.role == Role::kWorker && worker == env.worker_id)
+      self_runtime->crash("crashed by faults.crashes as it would start its next iteration (as kill -9)");
+  });
+  if (crashes.needed()) observers.push_back(&crashes);
   ObserverFanout fanout(std::move(observers));
   LockedObserver observer(fanout);
   // One job's staging objects are kept apart from another's by the scheduler port and, within the job,
@@ -292,7 +302,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
-  rt.inject_faults(sc);
+  self_runtime = &rt;
+  rt.inject_faults(sc, env.job_start_s);
   // Every host's leftovers of this port that this machine holds (the whole job's, with `pstwin run`).
   if (env.role == Role::kScheduler) sweep_staging_left_behind(job_staging_prefix(env.root_port), label, log);
   if (env.role == Role::kValidator && !training)
@@ -340,11 +351,21 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   const std::string state = rt.describe();
   const std::string address = rt.local_address();
   const std::uint64_t bytes_received = received.bytes();
+  const bool crashed = rt.crashed();
+  const std::string crash_reason = rt.crash_reason();
+  std::optional<FaultCounts> faults;
+  if (sc.faults.any() || sc.resend_enabled()) {
+    faults.emplace();
+    faults->resend_enabled = sc.resend_enabled();
+    add_fault_counts(*faults, rt.fault_counts());
+    add_resend_counts(received.inner(), *faults);
+    faults->lost_workers = crashes.lost();
+  }
   runtime.reset();  // joins every thread (and flushes the last replies) before the checks are read
   RunReport sent;   // LocalHost counts what this node transmitted
   host.fill(sent);
 
-  const bool completed = stopped && !host.failed();
+  const bool completed = stopped && !host.failed() && !crashed;
   // The cross-process lost-update check, done per aggregator for the keys it owns: every server, and
   // with lb.worker_aggregators every worker too.
   const bool aggregates =
@@ -355,7 +376,9 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
 
   NodeRunResult result;
   std::ostringstream details;
-  if (host.failed())
+  if (crashed)
+    details << "failure: " << crash_reason << "\n";
+  else if (host.failed())
     details << "failure: " << host.failure() << "\n";
   else if (!stopped)
     details << "failure: " << time_limit_text(time_limit_s, stats.iterations, env.role) << ": " << state
@@ -364,7 +387,10 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     details << "violation [" << v.invariant << "] " << v.detail << "\n";
   result.details = details.str();
   result.exit_code = completed && checker.violation_count() == 0 ? 0 : 1;
-  if (interrupted_by != 0) result.exit_code = 128 + interrupted_by;  // as a shell reports a killed process
+  if (interrupted_by != 0)
+    result.exit_code = 128 + interrupted_by;  // as a shell reports a killed process
+  else if (crashed)
+    result.exit_code = 128 + SIGKILL;  // faults.crashes stands for kill -9
   // Refused at registration (another job's scenario): bad configuration, as a misspelled variable.
   else if (host.configuration_failure())
     result.exit_code = 2;
@@ -388,7 +414,11 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.rank = id == kNoNode ? -1 : rank_of(id);
   part.address = address;
   part.completed = completed;
-  if (host.failed())
+  part.crashed = crashed;
+  part.faults = std::move(faults);
+  if (crashed)
+    part.failure = crash_reason;
+  else if (host.failed())
     part.failure = host.failure();
   else if (!stopped)
     part.failure = time_limit_text(time_limit_s, stats.iterations, env.role) + ": " + state;

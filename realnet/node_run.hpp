@@ -30,7 +30,9 @@ struct NodePart {
   NodeId id = kNoNode;  // kNoNode: never joined
   std::string address;  // where this node's ROUTER listened
   bool completed = false;
-  std::string failure;  // "" when completed
+  std::string failure;                // "" when completed
+  bool crashed = false;               // stopped by faults.crashes (what a kill -9 is for the job)
+  std::optional<FaultCounts> faults;  // [faults] or ps.resend: what it injected and resent
   std::uint64_t checked = 0;
   std::uint64_t violation_count = 0;
   std::vector<Violation> violations;

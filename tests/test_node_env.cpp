@@ -248,6 +248,16 @@ TEST(NodeEnv, HostNamesWhatIsLocalToAHost) {
   EXPECT_NE(error.find("at most 64 characters"), std::string::npos) << error;
 }
 
+TEST(NodeEnv, JobStartIsTheSteadyClocksNanosecondsAndNeverLaterThanNow) {
+  EXPECT_FALSE(parse_node_env(worker_env()).job_start_s);  // unset: the node's own start
+  EXPECT_DOUBLE_EQ(*parse_node_env(with(worker_env(), "PSTWIN_JOB_START", "2500000000")).job_start_s, 2.5);
+  for (const std::string bad : {"-1", "1.5", "soon", "9223372036854775807"}) {
+    const auto error = error_of(with(worker_env(), "PSTWIN_JOB_START", bad));
+    EXPECT_NE(error.find("PSTWIN_JOB_START=\"" + bad + "\""), std::string::npos) << error;
+    EXPECT_NE(error.find("steady clock in nanoseconds"), std::string::npos) << error;
+  }
+}
+
 TEST(NodeEnv, NicRateAutoIsReadFromTheInterfaceOfTheNodesAddress) {
   const auto env = parse_node_env(with(worker_env(), "PSTWIN_NIC_RATE", "auto"));
   EXPECT_TRUE(env.nic_rate_auto);

@@ -19,6 +19,22 @@ bool separates(const FaultSide& side, FaultEndpoint a, FaultEndpoint b) {
 
 }  // namespace
 
+void add_fault_counts(FaultCounts& total, const FaultCounts& node) {
+  total.lost += node.lost;
+  total.duplicated += node.duplicated;
+  total.partitioned += node.partitioned;
+  total.clogged += node.clogged;
+  total.clog_hold_s += node.clog_hold_s;
+  total.slowed += node.slowed;
+  total.crashed += node.crashed;
+  total.crash_dropped += node.crash_dropped;
+  total.resent += node.resent;
+  total.duplicates_dropped += node.duplicates_dropped;
+  total.acks += node.acks;
+  total.given_up += node.given_up;
+  if (total.first_drop.empty()) total.first_drop = node.first_drop;
+}
+
 FaultPlan::FaultPlan(const Scenario& scenario) : faults_(scenario.faults) {}
 
 bool FaultPlan::is_data(Command command) {

@@ -44,6 +44,9 @@ struct FaultCounts {
   std::string first_drop;
 };
 
+// Adds one node's counts (what it injected and resent, and its first drop) to a job's total.
+void add_fault_counts(FaultCounts& total, const FaultCounts& node);
+
 class FaultPlan {
  public:
   explicit FaultPlan(const Scenario& scenario);
