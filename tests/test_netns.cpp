@@ -125,6 +125,29 @@ TEST(Netns, RunInNamespacesMeasuresEveryLinkAndLeavesNothing) {
   EXPECT_TRUE(NetnsCluster::namespaces_with_prefix(prefix[1]).empty());
 }
 
+// A partition of one host, shorter than ps.heartbeat_timeout, in a namespace cluster: every message
+// between h3 (worker 0) and the rest is dropped while it lasts, resend recovers them, and the job
+// completes with 0 violations and the simulator's model.
+TEST(Netns, APartitionOfOneHostHealsWithTheSimulatorsModel) {
+  SKIP_WITHOUT_NAMESPACES();
+  const auto dir = testing::fresh_dir("netns-partition");
+  const std::string sets =
+      R"( --set workload.iterations=10 --set 'faults.partitions=[{hosts = ["h3"], from = "100ms", until = "2s"}]')"
+      " --set ps.resend_timeout=100ms";
+  const auto sim =
+      testing::run_pstwin("sim scenarios/quickstart.toml -q --out " + (dir / "sim").string() + sets);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const auto r =
+      testing::run_pstwin("run scenarios/quickstart.toml --netns -q --out " + (dir / "run").string() + sets);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto results = testing::read_json(dir / "run" / "results.json");
+  EXPECT_TRUE(results["completed"].get<bool>()) << results["failure"];
+  EXPECT_EQ(results["invariants"]["violation_count"], 0) << results["invariants"]["violations"].dump();
+  EXPECT_GT(results["faults"]["injected"]["partition"].get<int>(), 0) << results["faults"].dump();
+  EXPECT_GT(results["faults"]["resend"]["resent"].get<int>(), 0) << results["faults"].dump();
+  EXPECT_EQ(results["model_digest"], testing::read_json(dir / "sim" / "results.json")["model_digest"]);
+}
+
 TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
   SKIP_WITHOUT_NAMESPACES();
   const auto dir = testing::fresh_dir("netns-killed");

@@ -446,6 +446,30 @@ TEST(NodeFailure, KilledWorkerWithContinueLetsTheJobFinishWithTheSurvivor) {
       << job.server().output();
 }
 
+// ps.backup_workers = 1: a worker stopped (SIGSTOP) for the rest of the job costs it nothing the
+// heartbeat timeout would see: the other worker's rounds close without it and the job finishes while
+// the stopped one is still silent; had it taken longer than ps.heartbeat_timeout, the scheduler would
+// have declared the stopped worker dead and failed the job. Resumed, the straggler is shut down too.
+TEST(NodeFailure, StoppedWorkerWithABackupWorkerCostsLessThanAHeartbeatTimeout) {
+  FailureJob job("stop-worker", "10s", {"workload.iterations=60", "ps.backup_workers=1"});
+  ASSERT_TRUE(job.wait_until_running()) << job.worker(0).output() << job.worker(1).output();
+  const auto at = Clock::now();
+  ASSERT_EQ(::kill(job.worker(1).pid(), SIGSTOP), 0);
+  const auto code = job.worker(0).wait_until(at + std::chrono::seconds(30));
+  const double took_s = std::chrono::duration<double>(Clock::now() - at).count();
+  ASSERT_EQ(::kill(job.worker(1).pid(), SIGCONT), 0);
+  ASSERT_TRUE(code.has_value()) << "worker 0 still running 30 s after worker 1 stopped:\n"
+                                << job.worker(0).output();
+  EXPECT_EQ(*code, 0) << job.worker(0).output();
+  ::testing::Test::RecordProperty("worker0_end_after_stop_s", std::to_string(took_s));
+  for (NodeProcess* node : {&job.scheduler(), &job.server(), &job.worker(1)}) {
+    const auto ended = node->wait_until(Clock::now() + std::chrono::seconds(30));
+    ASSERT_TRUE(ended.has_value()) << node->output();
+    EXPECT_EQ(*ended, 0) << node->output();
+  }
+  EXPECT_EQ(job.scheduler().output().find("presumed dead"), std::string::npos) << job.scheduler().output();
+}
+
 // The digest the scheduler compares: of the scenario as `pstwin node` resolves it from `env` and `sets`.
 std::string digest_for(const Env& env, const std::vector<std::pair<std::string, std::string>>& sets) {
   auto overrides = realnet::parse_node_env(env).scenario_overrides();
