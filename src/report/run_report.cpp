@@ -1,6 +1,9 @@
 #include "report/run_report.hpp"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
+#include <concepts>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 
 #include "ps/ids.hpp"
 
@@ -391,11 +395,70 @@ std::string trace_warning(const RunReport& report) {
          " were dropped (output.trace_max_events); raise it, or trace fewer iterations or workers";
 }
 
+namespace {
+
+// Appends JSON text exactly as nlohmann's dump() writes it, without building a document: a trace
+// holds hundreds of thousands of small objects, and building and freeing their DOM cost several times
+// the simulation that recorded them.
+class FlatJson {
+ public:
+  explicit FlatJson(std::string& out) : out_(out) {}
+  FlatJson& open() {
+    out_ += '{';
+    first_ = true;
+    return *this;
+  }
+  FlatJson& close() {
+    out_ += '}';
+    first_ = false;
+    return *this;
+  }
+  FlatJson& key(std::string_view name) {  // names are plain ASCII literals: nothing to escape
+    if (!first_) out_ += ',';
+    first_ = false;
+    out_ += '"';
+    out_ += name;
+    out_ += "\":";
+    return *this;
+  }
+  FlatJson& text(std::string_view value) {
+    out_ += nlohmann::json(value).dump();  // nlohmann's escaping, as the rest of the file
+    return *this;
+  }
+  FlatJson& number(double value) {
+    out_ += nlohmann::json(value).dump();  // its shortest round-trip form ("1.0", "2.5e-05")
+    return *this;
+  }
+  template <std::integral Integer>
+  FlatJson& number(Integer value) {
+    std::array<char, 24> digits{};
+    const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), value).ptr;
+    out_.append(digits.data(), end);
+    return *this;
+  }
+  FlatJson& field(std::string_view name, std::string_view value) { return key(name).text(value); }
+  template <typename Number>
+  requires std::is_arithmetic_v<Number> FlatJson& field(std::string_view name, Number value) {
+    return key(name).number(value);
+  }
+
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
+
+}  // namespace
+
 std::string trace_json(const RunReport& report) {
-  using nlohmann::ordered_json;
   // Chrome's trace viewer wants integer-ish microseconds; tids are numbered per process in order of
-  // first appearance so the file is deterministic.
-  ordered_json events = ordered_json::array();
+  // first appearance so the file is deterministic. Events are written as text, in order, each one
+  // after a comma but the first.
+  std::string events;
+  events.reserve(report.trace.size() * 160);
+  auto next_event = [&]() -> FlatJson {
+    if (!events.empty()) events += ',';
+    return FlatJson(events);
+  };
   std::map<std::pair<int, std::string>, int> tids;
   std::map<int, std::string> processes;
   // The scheduler is not in its own node table; a node still registering has no id yet.
@@ -407,11 +470,17 @@ std::string trace_json(const RunReport& report) {
   auto tid_of = [&](int pid, const std::string& thread) {
     auto [it, inserted] = tids.try_emplace({pid, thread}, static_cast<int>(tids.size()) + 1);
     if (inserted)
-      events.push_back({{"name", "thread_name"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", it->second},
-                        {"args", {{"name", thread}}}});
+      next_event()
+          .open()
+          .field("name", "thread_name")
+          .field("ph", "M")
+          .field("pid", pid)
+          .field("tid", it->second)
+          .key("args")
+          .open()
+          .field("name", thread)
+          .close()
+          .close();
     return it->second;
   };
   // One flow per worker's push of a key in an iteration: its copy, its push, the send carrying it and
@@ -426,17 +495,20 @@ std::string trace_json(const RunReport& report) {
   for (const auto& span : report.trace) {
     processes.emplace(span.pid, span.process);
     const int tid = tid_of(span.pid, lane_name(span.thread, node_names));
-    ordered_json event = {{"name", span.name},
-                          {"cat", span.category},
-                          {"ph", "X"},
-                          {"ts", span.start_s * 1e6},
-                          {"dur", (span.end_s - span.start_s) * 1e6},
-                          {"pid", span.pid},
-                          {"tid", tid}};
+    auto event = next_event();
+    event.open()
+        .field("name", span.name)
+        .field("cat", span.category)
+        .field("ph", "X")
+        .field("ts", span.start_s * 1e6)
+        .field("dur", (span.end_s - span.start_s) * 1e6)
+        .field("pid", span.pid)
+        .field("tid", tid);
     if (const auto& m = span.message) {
-      event["args"] = {{"key", m->key}, {"iteration", m->iteration}, {"bytes", m->bytes}};
-      if (m->worker >= 0) event["args"]["worker"] = m->worker;
-      if (!m->buffer.empty()) event["args"]["buffer"] = m->buffer;
+      event.key("args").open().field("key", m->key).field("iteration", m->iteration).field("bytes", m->bytes);
+      if (m->worker >= 0) event.field("worker", m->worker);
+      if (!m->buffer.empty()) event.field("buffer", m->buffer);
+      event.close();
       const int worker = is_push_send(span) ? worker_rank(span.process) : m->worker;
       const bool joins = is_push_send(span) || span.category == "copy" || span.category == "push" ||
                          (span.category == "engine" && span.name == "aggregate");
@@ -446,7 +518,7 @@ std::string trace_json(const RunReport& report) {
         flow->second.push_back({span.start_s * 1e6, span.pid, tid});
       }
     }
-    events.push_back(std::move(event));
+    event.close();
   }
   std::uint64_t flow_id = 0;
   for (const auto& id : flow_order) {
@@ -457,14 +529,17 @@ std::string trace_json(const RunReport& report) {
                      [](const FlowPoint& a, const FlowPoint& b) { return a.ts_us < b.ts_us; });
     for (std::size_t i = 0; i < points.size(); ++i) {
       const char* phase = i == 0 ? "s" : (i + 1 == points.size() ? "f" : "t");
-      events.push_back({{"name", "push"},
-                        {"cat", "flow"},
-                        {"ph", phase},
-                        {"id", flow_id},
-                        {"bp", "e"},
-                        {"ts", points[i].ts_us},
-                        {"pid", points[i].pid},
-                        {"tid", points[i].tid}});
+      next_event()
+          .open()
+          .field("name", "push")
+          .field("cat", "flow")
+          .field("ph", phase)
+          .field("id", flow_id)
+          .field("bp", "e")
+          .field("ts", points[i].ts_us)
+          .field("pid", points[i].pid)
+          .field("tid", points[i].tid)
+          .close();
     }
   }
   // A marker where and when each kept violation was seen; the process of its node, else global.
@@ -472,35 +547,43 @@ std::string trace_json(const RunReport& report) {
   for (const auto& [pid, name] : processes) pid_of_process.emplace(name, pid);
   for (const auto& v : report.violations) {
     if (!v.time_s) continue;
-    ordered_json marker = {{"name", "violation: " + v.invariant},
-                           {"cat", "violation"},
-                           {"ph", "i"},
-                           {"ts", *v.time_s * 1e6},
-                           {"args", {{"invariant", v.invariant}, {"detail", v.detail}}}};
     const auto name = node_names.find(v.node);
     const auto pid = name == node_names.end() ? pid_of_process.end() : pid_of_process.find(name->second);
-    if (pid != pid_of_process.end()) {
-      marker["s"] = "p";
-      marker["pid"] = pid->second;
-      marker["tid"] = tid_of(pid->second, "violations");
-    } else {
-      marker["s"] = "g";
-      marker["pid"] = 0;
-      marker["tid"] = 0;
-    }
-    events.push_back(std::move(marker));
+    const bool on_node = pid != pid_of_process.end();
+    const int marker_tid = on_node ? tid_of(pid->second, "violations") : 0;  // its lane comes first
+    next_event()
+        .open()
+        .field("name", "violation: " + v.invariant)
+        .field("cat", "violation")
+        .field("ph", "i")
+        .field("ts", *v.time_s * 1e6)
+        .key("args")
+        .open()
+        .field("invariant", v.invariant)
+        .field("detail", v.detail)
+        .close()
+        .field("s", on_node ? "p" : "g")
+        .field("pid", on_node ? pid->second : 0)
+        .field("tid", marker_tid)
+        .close();
   }
   for (const auto& [pid, name] : processes)
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
-  ordered_json doc;
-  doc["traceEvents"] = std::move(events);
-  doc["displayTimeUnit"] = "ms";
-  doc["otherData"] = {{"scenario", report.scenario},
-                      {"backend", report.backend},
-                      {"seed", report.seed},
-                      {"dropped_spans", report.trace_dropped}};
-  if (report.trace_dropped > 0) doc["otherData"]["warning"] = trace_warning(report);
-  return doc.dump() + "\n";
+    next_event()
+        .open()
+        .field("name", "process_name")
+        .field("ph", "M")
+        .field("pid", pid)
+        .key("args")
+        .open()
+        .field("name", name)
+        .close()
+        .close();
+  nlohmann::ordered_json other = {{"scenario", report.scenario},
+                                  {"backend", report.backend},
+                                  {"seed", report.seed},
+                                  {"dropped_spans", report.trace_dropped}};
+  if (report.trace_dropped > 0) other["warning"] = trace_warning(report);
+  return "{\"traceEvents\":[" + events + "],\"displayTimeUnit\":\"ms\",\"otherData\":" + other.dump() + "}\n";
 }
 
 void write_outputs(const RunReport& report, const Scenario& scenario, const std::string& dir) {
