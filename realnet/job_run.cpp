@@ -522,6 +522,39 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   log("scheduler on " + root_uri + ":" + std::to_string(port) + ", node reports and logs in " +
       options.parts_dir);
   const auto spawn_start = Clock::now();
+  // faults.partitions of hosts, made by the switch (--kernel-partitions): cut and healed on the job's
+  // clock from the loop below.
+  struct KernelCut {
+    int id;
+    const PartitionFault* partition;
+    bool cut = false;
+    bool healed = false;
+  };
+  std::vector<KernelCut> kernel_cuts_due;
+  const bool kernel_cuts = options.kernel_partitions && cluster;
+  if (kernel_cuts)
+    for (std::size_t i = 0; i < sc.faults.partitions.size(); ++i)
+      if (!sc.faults.partitions[i].side.hosts.empty())
+        kernel_cuts_due.push_back({static_cast<int>(i), &sc.faults.partitions[i]});
+  auto apply_kernel_cuts = [&] {
+    const double t = std::chrono::duration<double>(Clock::now() - spawn_start).count();
+    for (auto& k : kernel_cuts_due) {
+      std::string hosts;
+      for (const auto& h : k.partition->side.hosts) hosts += (hosts.empty() ? "" : ", ") + h;
+      if (!k.cut && t >= k.partition->from_s) {
+        cluster->cut(k.id, k.partition->side.hosts);
+        k.cut = true;
+        log("faults.partitions entry " + std::to_string(k.id) + ": the switch cuts " + hosts + " off at " +
+            format_seconds(t));
+      }
+      if (k.cut && !k.healed && t >= k.partition->until_s) {
+        cluster->heal(k.id);
+        k.healed = true;
+        log("faults.partitions entry " + std::to_string(k.id) + ": " + hosts + " joined again at " +
+            format_seconds(t));
+      }
+    }
+  };
   const SignalGuard signals;
   std::vector<std::unique_ptr<Child>> children;  // destroyed (killed and reaped) on any exit path
   for (const auto& spec : specs) {
@@ -530,6 +563,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     // Host-local resources (staging in /dev/shm) are the scenario host's, as in the simulator: every
     // emulated host shares this machine's /dev/shm, namespaces or not.
     env.push_back("PSTWIN_HOST=" + spec.host);
+    if (kernel_cuts) env.push_back("PSTWIN_PARTITIONS=kernel");
     // One clock for the job's [faults] windows: the steady clock, which every process here shares.
     env.push_back(
         "PSTWIN_JOB_START=" +
@@ -589,6 +623,16 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   };
   for (;;) {
     if (g_signal != 0) exit_on_signal();
+    if (kernel_cuts) {
+      try {
+        apply_kernel_cuts();
+      } catch (const NetnsError& e) {
+        failure = e.what();
+        log(failure + ": stopping every node");
+        stop_all();
+        break;
+      }
+    }
     // Past the limit a node's own (a little later: it started later) is no failure of its own.
     const bool late = Clock::now() >= deadline;
     bool all_done = true;

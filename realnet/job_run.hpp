@@ -42,8 +42,11 @@ struct JobRunOptions {
   std::vector<std::string> sets;      // FIELD=VALUE, passed to every node as --set
   std::optional<std::uint64_t> seed;  // `pstwin run --seed`: every node's scenario seed (and the replay's)
   std::string parts_dir;              // <role><rank>.json and <role><rank>.log go here
-  bool netns = false;   // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
-  Van van = Van::kZmq;  // every node's transport (DMLC_PS_VAN_TYPE)
+  bool netns = false;  // each scenario host in its own network namespace (realnet/netns_cluster.hpp)
+  // With netns: faults.partitions that list hosts are made by the switch (NetnsCluster::cut), not by
+  // the nodes' van layer (PSTWIN_PARTITIONS=kernel).
+  bool kernel_partitions = false;
+  Van van = Van::kZmq;                          // every node's transport (DMLC_PS_VAN_TYPE)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };
 

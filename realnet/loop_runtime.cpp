@@ -334,9 +334,10 @@ bool LoopRuntime::post(std::function<void()> event) {
   return true;
 }
 
-void LoopRuntime::inject_faults(const Scenario& scenario, std::optional<double> job_start_s) {
+void LoopRuntime::inject_faults(const Scenario& scenario, std::optional<double> job_start_s,
+                                bool kernel_partitions) {
   if (!scenario.faults.any()) return;
-  faults_ = std::make_unique<NodeFaults>(scenario);
+  faults_ = std::make_unique<NodeFaults>(scenario, kernel_partitions);
   if (job_start_s) job_offset_s_ = host_.epoch_s() - *job_start_s;
   // A timed crash names a node; a server learns its rank only from the node table, so every node
   // arms every entry and the one it names, when it fires, crashes.

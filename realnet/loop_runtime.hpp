@@ -169,7 +169,9 @@ class LoopRuntime : public Runtime {
   // partitions and clogs to what it receives, faults.slow to its executor tasks, timed crashes to
   // itself. `job_start_s`: the job's start on the steady clock (PSTWIN_JOB_START), the zero of every
   // fault window; unset: this process's start.
-  void inject_faults(const Scenario& scenario, std::optional<double> job_start_s = std::nullopt);
+  // `kernel_partitions`: see NodeFaults.
+  void inject_faults(const Scenario& scenario, std::optional<double> job_start_s = std::nullopt,
+                     bool kernel_partitions = false);
   const FaultCounts& fault_counts() const { return fault_counts_; }  // after halt()
   // Stops this node dead, as kill -9 would (faults.crashes): nothing more is handled, sent or timed;
   // what it had already sent still leaves. Any thread.

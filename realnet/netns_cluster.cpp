@@ -241,6 +241,30 @@ void NetnsCluster::build(const Scenario& sc) {
   reset_counters();
 }
 
+void NetnsCluster::cut(int id, const std::vector<std::string>& hosts) {
+  std::string set = "{ ";
+  for (std::size_t i = 0; i < hosts.size(); ++i) set += (i ? ", \"" : "\"") + hosts[i] + "\"";
+  set += " }";
+  const std::string sw = prefix_ + "sw";
+  const std::string chain = "partition" + std::to_string(id);
+  const std::string fix = "install nftables (apt-get install nftables), or run without --kernel-partitions";
+  must({"ip", "netns", "exec", sw, "nft", "add", "table", "bridge", "pstwin"}, fix);
+  must({"ip", "netns", "exec", sw, "nft", "add", "chain", "bridge", "pstwin", chain,
+        "{ type filter hook forward priority 0; }"},
+       fix);
+  must({"ip", "netns", "exec", sw, "nft", "add", "rule", "bridge", "pstwin", chain, "iifname", set, "oifname",
+        "!=", set, "drop"},
+       fix);
+  must({"ip", "netns", "exec", sw, "nft", "add", "rule", "bridge", "pstwin", chain, "iifname", "!=", set,
+        "oifname", set, "drop"},
+       fix);
+}
+
+void NetnsCluster::heal(int id) {
+  must({"ip", "netns", "exec", prefix_ + "sw", "nft", "delete", "chain", "bridge", "pstwin",
+        "partition" + std::to_string(id)});
+}
+
 NetnsCluster::~NetnsCluster() {
   remove();
 }

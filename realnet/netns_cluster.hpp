@@ -70,6 +70,12 @@ class NetnsCluster {
   // dropped on each direction, and TCP segments each host retransmitted (on its `.up`).
   void add_losses(std::vector<LinkUsage>& links) const;
 
+  // A partition made by the kernel: until heal(id), the switch drops every frame between `hosts` and
+  // the other hosts (nftables, bridge family, in the switch namespace), both ways. Throws NetnsError
+  // naming the command (nft missing: install nftables).
+  void cut(int id, const std::vector<std::string>& hosts);
+  void heal(int id);
+
   // Deletes every namespace with the prefix (and so every veth and qdisc in them). Idempotent.
   void remove();
 

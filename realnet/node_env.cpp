@@ -85,7 +85,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "PSTWIN_NIC_RATE",
                                               "PSTWIN_PACING",
                                               "PSTWIN_HOST",
-                                              "PSTWIN_JOB_START"};
+                                              "PSTWIN_JOB_START",
+                                              "PSTWIN_PARTITIONS"};
   return names;
 }
 
@@ -296,6 +297,14 @@ NodeEnv parse_node_env(const Env& env) {
                                   "than now (pstwin run sets it; the zero of every [faults] window); unset: "
                                   "this node's start")) *
                       1e-9;
+  }
+  if (const auto* v = find(env, "PSTWIN_PARTITIONS"); v != nullptr && !v->empty()) {
+    if (*v != "van" && *v != "kernel")
+      bad("PSTWIN_PARTITIONS", *v,
+          "van (this node drops what crosses a faults.partitions window; the default) or kernel (the switch "
+          "of a namespace cluster does, for partitions that list hosts; pstwin run --netns "
+          "--kernel-partitions)");
+    out.kernel_partitions = *v == "kernel";
   }
   return out;
 }

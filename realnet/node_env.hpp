@@ -51,6 +51,9 @@ struct NodeEnv {
   // PSTWIN_JOB_START: the job's start on the steady clock, the zero of every [faults] window (`pstwin
   // run` sets it, so every node injects on the job's clock); unset: this node's own start.
   std::optional<double> job_start_s;
+  // PSTWIN_PARTITIONS=kernel: partitions of hosts are made by the switch (`pstwin run --netns
+  // --kernel-partitions`), not by this node; "van" (default): by the node.
+  bool kernel_partitions = false;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

@@ -6,7 +6,10 @@
 
 namespace pstwin::realnet {
 
-NodeFaults::NodeFaults(const Scenario& scenario) : scenario_(scenario), plan_(scenario) {
+NodeFaults::NodeFaults(const Scenario& scenario, bool kernel_partitions)
+    : scenario_(scenario), faults_(scenario.faults), plan_(faults_) {
+  if (kernel_partitions)
+    std::erase_if(faults_.partitions, [](const PartitionFault& p) { return !p.side.hosts.empty(); });
   nodes_[kSchedulerId] = {"scheduler", scenario.scheduler_host_name()};
   for (int r = 0; r < scenario.roles.servers; ++r)
     nodes_[server_id(r)] = {"server " + std::to_string(r), scenario.server_host_name(r)};

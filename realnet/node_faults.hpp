@@ -27,7 +27,9 @@ namespace pstwin::realnet {
 
 class NodeFaults {
  public:
-  explicit NodeFaults(const Scenario& scenario);
+  // `kernel_partitions`: partitions that list hosts are the kernel's (`pstwin run --netns
+  // --kernel-partitions`), so this node leaves them alone.
+  NodeFaults(const Scenario& scenario, bool kernel_partitions);
 
   // What happens to one received message.
   enum class Fate { kDeliver, kLose, kDuplicate, kPartitioned, kHold };
@@ -52,6 +54,7 @@ class NodeFaults {
   std::optional<FaultEndpoint> endpoint(NodeId id) const;
 
   const Scenario& scenario_;
+  FaultsConfig faults_;  // the scenario's, less what the kernel does
   FaultPlan plan_;
   // Every node of the job: id -> (name, host).
   std::map<NodeId, std::pair<std::string, std::string>> nodes_;

@@ -303,7 +303,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .kernel_pacing = env.kernel_pacing});
   LoopRuntime& rt = *runtime;
   self_runtime = &rt;
-  rt.inject_faults(sc, env.job_start_s);
+  rt.inject_faults(sc, env.job_start_s, env.kernel_partitions);
   // Every host's leftovers of this port that this machine holds (the whole job's, with `pstwin run`).
   if (env.role == Role::kScheduler) sweep_staging_left_behind(job_staging_prefix(env.root_port), label, log);
   if (env.role == Role::kValidator && !training)

@@ -148,6 +148,34 @@ TEST(Netns, APartitionOfOneHostHealsWithTheSimulatorsModel) {
   EXPECT_EQ(results["model_digest"], testing::read_json(dir / "sim" / "results.json")["model_digest"]);
 }
 
+// The same partition made by the kernel (--kernel-partitions): the switch drops every frame between
+// h3 and the rest for 1.4 s, TCP holds and retransmits, and the job completes after the cut heals
+// with 0 violations and the simulator's model; the nodes themselves dropped nothing.
+TEST(Netns, AKernelPartitionOfOneHostHealsWithTheSimulatorsModel) {
+  SKIP_WITHOUT_NAMESPACES();
+  if (testing::run_shell("command -v nft").exit_code != 0) GTEST_SKIP() << "nft (nftables) is not installed";
+  const auto dir = testing::fresh_dir("netns-kernel-partition");
+  const std::string sets =
+      R"( --set workload.iterations=20 --set 'faults.partitions=[{hosts = ["h3"], from = "100ms", until = "1.5s"}]')";
+  const auto sim =
+      testing::run_pstwin("sim scenarios/quickstart.toml -q --out " + (dir / "sim").string() + sets);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const auto r = testing::run_pstwin("run scenarios/quickstart.toml --netns --kernel-partitions --out " +
+                                     (dir / "run").string() + sets);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("faults.partitions entry 0: the switch cuts h3 off at"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("faults.partitions entry 0: h3 joined again at"), std::string::npos) << r.output;
+  const auto results = testing::read_json(dir / "run" / "results.json");
+  EXPECT_TRUE(results["completed"].get<bool>()) << results["failure"];
+  EXPECT_EQ(results["invariants"]["violation_count"], 0) << results["invariants"]["violations"].dump();
+  EXPECT_EQ(results["faults"]["injected"]["partition"], 0) << "the nodes left the partition to the kernel";
+  // Worker 0 (h3) could not finish its 20 iterations of 10 ms compute before the cut at 0.1 s, nor
+  // while it lasted.
+  EXPECT_GT(results["run_time_s"].get<double>(), 1.4);
+  EXPECT_EQ(results["model_digest"], testing::read_json(dir / "sim" / "results.json")["model_digest"]);
+}
+
 TEST(Netns, KilledLauncherAndFailedNodeLeaveNoNamespace) {
   SKIP_WITHOUT_NAMESPACES();
   const auto dir = testing::fresh_dir("netns-killed");

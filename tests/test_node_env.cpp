@@ -258,6 +258,15 @@ TEST(NodeEnv, JobStartIsTheSteadyClocksNanosecondsAndNeverLaterThanNow) {
   }
 }
 
+TEST(NodeEnv, PartitionsAreTheNodesOrTheKernelsByName) {
+  EXPECT_FALSE(parse_node_env(worker_env()).kernel_partitions);
+  EXPECT_TRUE(parse_node_env(with(worker_env(), "PSTWIN_PARTITIONS", "kernel")).kernel_partitions);
+  EXPECT_FALSE(parse_node_env(with(worker_env(), "PSTWIN_PARTITIONS", "van")).kernel_partitions);
+  const auto error = error_of(with(worker_env(), "PSTWIN_PARTITIONS", "switch"));
+  EXPECT_NE(error.find("PSTWIN_PARTITIONS=\"switch\""), std::string::npos) << error;
+  EXPECT_NE(error.find("van (this node drops"), std::string::npos) << error;
+}
+
 TEST(NodeEnv, NicRateAutoIsReadFromTheInterfaceOfTheNodesAddress) {
   const auto env = parse_node_env(with(worker_env(), "PSTWIN_NIC_RATE", "auto"));
   EXPECT_TRUE(env.nic_rate_auto);

@@ -410,6 +410,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
   job.seed = options.seed;
   job.parts_dir = out_dir + "/parts";
   job.netns = options.netns;
+  job.kernel_partitions = options.kernel_partitions;
   job.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   RunReport report;

@@ -46,8 +46,9 @@ struct NodeOptions {
 struct RunOptions {
   std::optional<std::uint64_t> seed;  // --seed: the scenario's seed for every node, as sim's --seed
   std::string out_dir;                // "" = pstwin-out/<scenario name>
-  bool netns = false;       // one network namespace per scenario host, links shaped with tc (root only)
-  std::string van = "zmq";  // zmq | epoll (realnet/van.hpp)
+  bool netns = false;  // one network namespace per scenario host, links shaped with tc (root only)
+  bool kernel_partitions = false;  // with netns: faults.partitions of hosts cut by the switch (nftables)
+  std::string van = "zmq";         // zmq | epoll (realnet/van.hpp)
 };
 
 struct CompareOptions {

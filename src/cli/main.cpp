@@ -157,6 +157,10 @@ int main(int argc, char** argv) {
   run->add_flag("--netns", run_options.netns,
                 "each scenario host in its own network namespace, veth links shaped with tc tbf to its "
                 "bandwidth (root; latency is not emulated); everything made is removed on exit");
+  run->add_flag("--kernel-partitions", run_options.kernel_partitions,
+                "with --netns: faults.partitions that list hosts are cut by the kernel (nftables on the "
+                "switch drops every frame across the partition; TCP holds and retransmits), not by the nodes")
+      ->needs("--netns");
   run->add_option("--van", run_options.van,
                   "every node's transport: zmq (ZeroMQ, default) or epoll (FPT's epoll TCP transport with "
                   "the send pool); sets DMLC_PS_VAN_TYPE for the nodes")

@@ -50,6 +50,7 @@ void add_fault_counts(FaultCounts& total, const FaultCounts& node);
 class FaultPlan {
  public:
   explicit FaultPlan(const Scenario& scenario);
+  explicit FaultPlan(const FaultsConfig& faults) : faults_(faults) {}
 
   enum class Fate { kDeliver, kLose, kDuplicate };
   // faults.loss and faults.duplicate for one message. `random(purpose)` gives the stream to draw from;
