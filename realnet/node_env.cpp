@@ -7,6 +7,8 @@
 #include <limits>
 #include <string_view>
 
+extern char** environ;  // POSIX: the process environment
+
 #include "core/edit_distance.hpp"
 
 namespace pstwin::realnet {
@@ -61,6 +63,23 @@ std::vector<std::pair<std::string, std::string>> NodeEnv::scenario_overrides() c
   if (server_engine_threads)
     out.emplace_back("ps.server_engine_threads", std::to_string(*server_engine_threads));
   return out;
+}
+
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> environment;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string_view::npos) environment.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return environment;
+}
+
+std::map<std::string, std::string> node_variables(const std::map<std::string, std::string>& environment) {
+  std::map<std::string, std::string> vars;
+  for (const auto& name : node_env_variables())
+    if (const auto it = environment.find(name); it != environment.end()) vars.emplace(name, it->second);
+  return vars;
 }
 
 const std::vector<std::string>& node_env_variables() {
@@ -173,7 +192,7 @@ std::vector<std::string> check_env_names(const Env& environment) {
   return warnings;
 }
 
-NodeEnv parse_node_env(const Env& env) {
+NodeEnv parse_node_env(const Env& env, NodeEnvRules rules) {
   constexpr std::int64_t kMaxNodes = 1 << 19;  // worker ids stay below the validator id range
   NodeEnv out;
   const std::string& role = required(env, "DMLC_ROLE", "worker");
@@ -219,7 +238,9 @@ NodeEnv parse_node_env(const Env& env) {
       bad("DMLC_WORKER_TYPE", *type, "\"validator\" or \"worker\"");
     }
   }
-  if (out.role == Role::kWorker) {
+  const auto* worker_id = find(env, "DMLC_WORKER_ID");
+  if (out.role == Role::kWorker &&
+      (rules.worker_id_required || (worker_id != nullptr && !worker_id->empty()))) {
     const std::string& id = required(env, "DMLC_WORKER_ID", "0");
     out.worker_id = static_cast<int>(integer("DMLC_WORKER_ID", id, 0, out.num_workers - 1,
                                              "a worker rank 0.." + std::to_string(out.num_workers - 1) +

@@ -53,6 +53,13 @@ std::string name_error_of(const Env& env) {
   return "";
 }
 
+TEST(NodeEnv, APsLiteApplicationsWorkerMayLeaveItsRankToTheScheduler) {
+  const Env env = without(worker_env(), "DMLC_WORKER_ID");
+  EXPECT_EQ(parse_node_env(env, {.worker_id_required = false}).worker_id, -1);
+  EXPECT_EQ(parse_node_env(worker_env(), {.worker_id_required = false}).worker_id, 1);
+  EXPECT_EQ(error_of(env), "DMLC_WORKER_ID is not set: it is required; e.g. export DMLC_WORKER_ID=0");
+}
+
 TEST(NodeEnv, AMisspelledVariableIsRefusedWithTheNameMeant) {
   Env env = worker_env();
   env["DMLC_PS_VAN_TYP"] = "epoll";
