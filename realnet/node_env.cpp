@@ -8,6 +8,8 @@
 #include <limits>
 #include <string_view>
 
+extern char** environ;  // POSIX: the process environment
+
 #include "core/edit_distance.hpp"
 
 namespace pstwin::realnet {
@@ -64,29 +66,33 @@ std::vector<std::pair<std::string, std::string>> NodeEnv::scenario_overrides() c
   return out;
 }
 
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> environment;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string_view::npos) environment.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return environment;
+}
+
+std::map<std::string, std::string> node_variables(const std::map<std::string, std::string>& environment) {
+  std::map<std::string, std::string> vars;
+  for (const auto& name : node_env_variables())
+    if (const auto it = environment.find(name); it != environment.end()) vars.emplace(name, it->second);
+  return vars;
+}
+
 const std::vector<std::string>& node_env_variables() {
-  static const std::vector<std::string> names{"DMLC_ROLE",
-                                              "DMLC_PS_ROOT_URI",
-                                              "DMLC_PS_ROOT_PORT",
-                                              "DMLC_NUM_WORKER",
-                                              "DMLC_NUM_SERVER",
-                                              "DMLC_WORKER_ID",
-                                              "DMLC_NUM_VALIDATOR",
-                                              "DMLC_WORKER_TYPE",
-                                              "DMLC_VALIDATOR_ID",
-                                              "DMLC_NODE_HOST",
-                                              "BYTEPS_PARTITION_BYTES",
-                                              "BYTEPS_ENABLE_ASYNC",
-                                              "BYTEPS_SERVER_ENGINE_THREAD",
-                                              "BYTEPS_FORCE_DISTRIBUTED",
-                                              "PS_VERBOSE",
-                                              "BYTEPS_LOG_LEVEL",
-                                              "DMLC_PS_VAN_TYPE",
-                                              "PSTWIN_NIC_RATE",
-                                              "PSTWIN_PACING",
-                                              "PSTWIN_HOST",
-                                              "PSTWIN_JOB_START",
-                                              "PSTWIN_PARTITIONS"};
+  static const std::vector<std::string> names{
+      "DMLC_ROLE",
+      // Launchers: the role when DMLC_ROLE is unset.
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID",
+      "SLURM_NTASKS", "SLURM_NNODES", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
+      "DMLC_NUM_SERVER", "DMLC_WORKER_ID", "DMLC_NUM_VALIDATOR", "DMLC_WORKER_TYPE", "DMLC_VALIDATOR_ID",
+      "DMLC_NODE_HOST", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC", "BYTEPS_SERVER_ENGINE_THREAD",
+      "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL", "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE",
+      "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS"};
   return names;
 }
 
@@ -176,8 +182,67 @@ std::vector<std::string> check_env_names(const Env& environment) {
   return warnings;
 }
 
-NodeEnv parse_node_env(const Env& env) {
+namespace {
+
+// A job started by a launcher (mpirun, srun) without DMLC_ROLE: the launcher's rank and size decide
+// the role, docs/ENVIRONMENT.md "Launchers". Rank 0 is the scheduler, ranks 1..S the servers
+// (S = DMLC_NUM_SERVER, default 1), the rest the workers (DMLC_WORKER_ID = rank - 1 - S); on one host the
+// scheduler's address defaults to 127.0.0.1. `env` is returned with the DMLC_* variables so decided.
+Env with_launcher_roles(const Env& env) {
+  if (find(env, "DMLC_ROLE") != nullptr) return env;
+  struct Launcher {
+    const char* name;
+    const char* rank;
+    const char* size;
+    const char* hosts;  // how many hosts the job spans, or per-host size for Open MPI (see below)
+  };
+  static constexpr Launcher kLaunchers[] = {
+      {"Open MPI (mpirun)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"Slurm (srun)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NNODES"},
+  };
+  const auto launcher = std::ranges::find_if(kLaunchers, [&](const Launcher& l) {
+    return find(env, l.rank) != nullptr && find(env, l.size) != nullptr;
+  });
+  if (launcher == std::end(kLaunchers)) return env;
+  constexpr std::int64_t kMaxRanks = 1 << 19;
+  const auto rank = integer(launcher->rank, *find(env, launcher->rank), 0, kMaxRanks, "a rank >= 0");
+  const auto size = integer(launcher->size, *find(env, launcher->size), 1, kMaxRanks, "a job size >= 1");
+  const std::string* servers_text = find(env, "DMLC_NUM_SERVER");
+  const auto servers =
+      servers_text ? integer("DMLC_NUM_SERVER", *servers_text, 1, kMaxRanks, "a number of servers >= 1")
+                   : std::int64_t{1};
+  if (size < servers + 2)
+    throw NodeEnvError(std::string(launcher->name) + " started " + std::to_string(size) + " processes (" +
+                       launcher->size + "), too few for a scheduler, " + std::to_string(servers) +
+                       " server(s) (DMLC_NUM_SERVER) and a worker: start at least " +
+                       std::to_string(servers + 2));
+  Env out = env;
+  const std::string workers = std::to_string(size - 1 - servers);
+  if (const std::string* set = find(env, "DMLC_NUM_WORKER"); set != nullptr) {
+    const auto wanted = integer("DMLC_NUM_WORKER", *set, 1, kMaxRanks, "a number of workers >= 1");
+    if (wanted != size - 1 - servers)
+      throw NodeEnvError("DMLC_NUM_WORKER=\"" + *set + "\" but " + launcher->name + " started " +
+                         std::to_string(size) + " processes: 1 scheduler, " + std::to_string(servers) +
+                         " server(s) and " + workers + " worker(s); unset DMLC_NUM_WORKER or start " +
+                         std::to_string(1 + servers + wanted) + " processes");
+  }
+  out["DMLC_NUM_SERVER"] = std::to_string(servers);
+  out["DMLC_NUM_WORKER"] = workers;
+  out["DMLC_ROLE"] = rank == 0 ? "scheduler" : rank <= servers ? "server" : "worker";
+  if (rank > servers) out["DMLC_WORKER_ID"] = std::to_string(rank - 1 - servers);
+  // Open MPI: every rank on this host (local size = size); Slurm: one node.
+  const std::string* hosts = find(env, launcher->hosts);
+  const bool one_host = hosts != nullptr &&
+                        (launcher == std::begin(kLaunchers) ? *hosts == std::to_string(size) : *hosts == "1");
+  if (one_host && find(env, "DMLC_PS_ROOT_URI") == nullptr) out["DMLC_PS_ROOT_URI"] = "127.0.0.1";
+  return out;
+}
+
+}  // namespace
+
+NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
   constexpr std::int64_t kMaxNodes = 1 << 19;  // worker ids stay below the validator id range
+  const Env env = with_launcher_roles(launched);
   NodeEnv out;
   const std::string& role = required(env, "DMLC_ROLE", "worker");
   if (role == "scheduler")
@@ -222,7 +287,9 @@ NodeEnv parse_node_env(const Env& env) {
       bad("DMLC_WORKER_TYPE", *type, "\"validator\" or \"worker\"");
     }
   }
-  if (out.role == Role::kWorker) {
+  const auto* worker_id = find(env, "DMLC_WORKER_ID");
+  if (out.role == Role::kWorker &&
+      (rules.worker_id_required || (worker_id != nullptr && !worker_id->empty()))) {
     const std::string& id = required(env, "DMLC_WORKER_ID", "0");
     out.worker_id = static_cast<int>(integer("DMLC_WORKER_ID", id, 0, out.num_workers - 1,
                                              "a worker rank 0.." + std::to_string(out.num_workers - 1) +

@@ -63,7 +63,19 @@ struct NodeEnv {
   std::vector<std::pair<std::string, std::string>> scenario_overrides() const;
 };
 
-NodeEnv parse_node_env(const std::map<std::string, std::string>& env);
+// What a launcher must set beyond the variables every node needs.
+struct NodeEnvRules {
+  // `pstwin node` workers name their rank (DMLC_WORKER_ID); a ps-lite application's workers may leave
+  // it to the scheduler, as ps-lite does (worker_id -1 then).
+  bool worker_id_required = true;
+};
+
+NodeEnv parse_node_env(const std::map<std::string, std::string>& env, NodeEnvRules rules = {});
+
+// The process environment, every variable, for parse_node_env and check_env_names.
+std::map<std::string, std::string> process_environment();
+// Of `environment`, the variables parse_node_env reads.
+std::map<std::string, std::string> node_variables(const std::map<std::string, std::string>& environment);
 
 // The variables parse_node_env reads, for collecting them from the process environment.
 const std::vector<std::string>& node_env_variables();

@@ -25,6 +25,8 @@ BACKEND = {"sim", "realnet"}
 for backend in BACKEND:
     ALLOWED[backend] = {backend, "report", "zeno_roles", "zeno_rules", "train", "ps", "scenario", "core", "fpt"}
 ALLOWED["realnet"].add("cuda")  # the simulator models the device (ps/device.hpp EmulatedDevice)
+# The ps-lite API runs its nodes on the real backend.
+ALLOWED["pslite"] = ALLOWED["realnet"] | {"pslite", "realnet"}
 ALLOWED["cli"] = set(ALLOWED) | {"cli"}
 ZENO_RULES = {"rules", "attacks", "vector_math", "config_support"}
 

@@ -53,6 +53,63 @@ std::string name_error_of(const Env& env) {
   return "";
 }
 
+TEST(NodeEnv, APsLiteApplicationsWorkerMayLeaveItsRankToTheScheduler) {
+  const Env env = without(worker_env(), "DMLC_WORKER_ID");
+  EXPECT_EQ(parse_node_env(env, {.worker_id_required = false}).worker_id, -1);
+  EXPECT_EQ(parse_node_env(worker_env(), {.worker_id_required = false}).worker_id, 1);
+  EXPECT_EQ(error_of(env), "DMLC_WORKER_ID is not set: it is required; e.g. export DMLC_WORKER_ID=0");
+}
+
+// mpirun / srun without DMLC_ROLE: rank 0 the scheduler, 1..DMLC_NUM_SERVER the servers, the rest workers.
+Env launched(const std::string& rank, const std::string& size) {
+  return {{"OMPI_COMM_WORLD_RANK", rank},
+          {"OMPI_COMM_WORLD_SIZE", size},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", size},
+          {"DMLC_PS_ROOT_PORT", "1234"},
+          {"DMLC_NUM_SERVER", "2"}};
+}
+
+TEST(NodeEnv, MpirunRanksMapToSchedulerServersThenWorkers) {
+  EXPECT_EQ(parse_node_env(launched("0", "6")).role, Role::kScheduler);
+  EXPECT_EQ(parse_node_env(launched("2", "6")).role, Role::kServer);
+  const NodeEnv worker = parse_node_env(launched("5", "6"));
+  EXPECT_EQ(worker.role, Role::kWorker);
+  EXPECT_EQ(worker.worker_id, 2);
+  EXPECT_EQ(worker.num_workers, 3);
+  EXPECT_EQ(worker.num_servers, 2);
+  EXPECT_EQ(worker.root_uri, "127.0.0.1");  // every rank on this host
+  // Ranks on several hosts: the scheduler's address must be given.
+  EXPECT_EQ(error_of(with(launched("5", "6"), "OMPI_COMM_WORLD_LOCAL_SIZE", "3")),
+            "DMLC_PS_ROOT_URI is not set: it is required; e.g. export DMLC_PS_ROOT_URI=127.0.0.1");
+  // DMLC_ROLE set: the launcher's rank is not read.
+  EXPECT_EQ(parse_node_env(with(worker_env(), "OMPI_COMM_WORLD_RANK", "0")).role, Role::kWorker);
+}
+
+TEST(NodeEnv, SlurmRanksMapLikeMpirun) {
+  const Env env{{"SLURM_PROCID", "1"},
+                {"SLURM_NTASKS", "3"},
+                {"SLURM_NNODES", "2"},
+                {"DMLC_PS_ROOT_URI", "10.0.0.1"},
+                {"DMLC_PS_ROOT_PORT", "1234"}};
+  const NodeEnv server = parse_node_env(env);
+  EXPECT_EQ(server.role, Role::kServer);
+  EXPECT_EQ(server.num_servers, 1);
+  EXPECT_EQ(server.num_workers, 1);
+  EXPECT_EQ(server.root_uri, "10.0.0.1");
+}
+
+TEST(NodeEnv, ALauncherJobOfTheWrongSizeIsRefusedSayingHowMany) {
+  EXPECT_EQ(
+      error_of(launched("0", "3")),
+      "Open MPI (mpirun) started 3 processes (OMPI_COMM_WORLD_SIZE), too few for a scheduler, 2 server(s) "
+      "(DMLC_NUM_SERVER) and a worker: start at least 4");
+  EXPECT_EQ(error_of(with(launched("0", "6"), "DMLC_NUM_WORKER", "4")),
+            "DMLC_NUM_WORKER=\"4\" but Open MPI (mpirun) started 6 processes: 1 scheduler, 2 server(s) and 3 "
+            "worker(s); unset DMLC_NUM_WORKER or start 7 processes");
+  EXPECT_EQ(error_of(with(launched("0", "6"), "OMPI_COMM_WORLD_RANK", "x")),
+            "OMPI_COMM_WORLD_RANK=\"x\": expected a rank >= 0");
+}
+
 TEST(NodeEnv, AMisspelledVariableIsRefusedWithTheNameMeant) {
   Env env = worker_env();
   env["DMLC_PS_VAN_TYP"] = "epoll";

@@ -309,53 +309,71 @@ TEST(Protocol, CheckerCatchesACorruptedAggregate) {
   EXPECT_NE(checker.violations()[0].detail.find("key " + std::to_string(p.key)), std::string::npos);
 }
 
-TEST(Protocol, SecondPushInOneRoundIsRefusedAndReported) {
-  Scenario s = small_scenario("sync", 1, 2);
-  SyntheticWorkload workload(s);
-  EventLog log;
-  Harness harness;
-  auto& sched_rt = harness.add("scheduler@h0");
-  Scheduler scheduler(sched_rt, s, log);
-  sched_rt.node = &scheduler;
-  auto& server_rt = harness.add("server0@h1", "h1");
-  Server server(NodeContext{server_rt, s, log, "scheduler@h0"}, 0, workload);
-  server_rt.node = &server;
-  // Two hand-driven "workers" that register and pass the barrier, then misbehave.
-  std::vector<FakeRuntime*> workers;
-  for (int r = 0; r < 2; ++r) {
-    auto& rt = harness.add("worker" + std::to_string(r) + "@h2", "h2");
-    workers.push_back(&rt);
-  }
+// A scheduler and one real server with hand-driven "workers" that register and, once they have the
+// node table, ask for a barrier of `group`; what they do next is up to the test.
+struct ServerAndPuppets {
   struct Puppet final : Node {
     FakeRuntime& rt;
     int rank;
-    explicit Puppet(FakeRuntime& r, int k) : rt(r), rank(k) {}
+    int group;
+    Puppet(FakeRuntime& r, int k, int g) : rt(r), rank(k), group(g) {}
     void start() override { register_as(rt, Role::kWorker, rank, "h2"); }
     void on_message(Message m) override {
-      if (m.header.command == Command::kNodeTable) {
-        std::string error;
-        const auto table = decode_node_table(m.payload, error);
-        ASSERT_TRUE(table.has_value()) << error;
-        for (const auto& info : *table) {
-          rt.connect(info.id, info.address);
-          if (info.address == rt.local_address()) rt.set_self(info.id);
-        }
-        Message b;
-        b.header.recipient = kSchedulerId;
-        b.header.command = Command::kBarrier;
-        b.header.key = kAllGroups;
-        rt.send(std::move(b));
+      if (m.header.command != Command::kNodeTable) return;
+      std::string error;
+      const auto table = decode_node_table(m.payload, error);
+      ASSERT_TRUE(table.has_value()) << error;
+      for (const auto& info : *table) {
+        rt.connect(info.id, info.address);
+        if (info.address == rt.local_address()) rt.set_self(info.id);
       }
+      Message b;
+      b.header.recipient = kSchedulerId;
+      b.header.command = Command::kBarrier;
+      b.header.key = static_cast<std::uint64_t>(group);
+      rt.send(std::move(b));
     }
     std::string describe_state() const override { return ""; }
   };
-  Puppet p0(*workers[0], 0), p1(*workers[1], 1);
-  workers[0]->node = &p0;
-  workers[1]->node = &p1;
-  scheduler.start();
-  server.start();
-  p0.start();
-  p1.start();
+  ServerAndPuppets(int workers, int group)
+      : scenario(small_scenario("sync", 1, workers)),
+        workload(scenario),
+        sched_rt(harness.add("scheduler@h0")),
+        scheduler(sched_rt, scenario, log),
+        server_rt(harness.add("server0@h1", "h1")),
+        server(NodeContext{server_rt, scenario, log, "scheduler@h0"}, 0, workload) {
+    sched_rt.node = &scheduler;
+    server_rt.node = &server;
+    for (int r = 0; r < workers; ++r) {
+      auto& rt = harness.add("worker" + std::to_string(r) + "@h2", "h2");
+      puppets.push_back(std::make_unique<Puppet>(rt, r, group));
+      rt.node = puppets.back().get();
+    }
+  }
+  void start() {
+    scheduler.start();
+    server.start();
+    for (auto& puppet : puppets) puppet->start();
+  }
+  Scenario scenario;
+  SyntheticWorkload workload;
+  EventLog log;
+  Harness harness;
+  FakeRuntime& sched_rt;
+  Scheduler scheduler;
+  FakeRuntime& server_rt;
+  Server server;
+  std::vector<std::unique_ptr<Puppet>> puppets;
+};
+
+TEST(Protocol, SecondPushInOneRoundIsRefusedAndReported) {
+  // Two workers that pass the barrier, then misbehave.
+  ServerAndPuppets job(2, kAllGroups);
+  auto& log = job.log;
+  auto& harness = job.harness;
+  auto& workload = job.workload;
+  FakeRuntime& worker0 = job.puppets[0]->rt;
+  job.start();
   harness.run({}, 0.5);
   const auto& part = workload.partitions().front();
   for (int i = 0; i < 2; ++i) {
@@ -366,13 +384,29 @@ TEST(Protocol, SecondPushInOneRoundIsRefusedAndReported) {
     push.header.command = Command::kPush;
     push.header.key = part.key;
     push.payload = Payload::copy_of(std::as_bytes(std::span(values)));
-    workers[0]->send(std::move(push));
+    worker0.send(std::move(push));
   }
   harness.run({}, 0.6);
   EXPECT_EQ(log.duplicates, 1);
   EXPECT_EQ(std::count_if(log.events.begin(), log.events.end(),
                           [](const std::string& e) { return e.rfind("push w0", 0) == 0; }),
             1);
+}
+
+TEST(Protocol, ABarrierRequestFromOutsideItsGroupIsNotCounted) {
+  // Two workers that ask for a barrier of the servers' group, to which they do not belong: counted,
+  // two arrivals would release the one-server group.
+  ServerAndPuppets job(2, kServerGroup);
+  job.start();
+  auto& log = job.log;
+  auto& sched_rt = job.sched_rt;
+  job.harness.run({}, 0.5);
+  EXPECT_EQ(log.index_of("barrier " + std::to_string(kServerGroup)), log.events.size());
+  EXPECT_EQ(std::count_if(sched_rt.logs.begin(), sched_rt.logs.end(),
+                          [](const std::string& line) {
+                            return line.find("ignoring a barrier request of group 2") != std::string::npos;
+                          }),
+            2);
 }
 
 TEST(Protocol, SilentNodeIsDeclaredDeadAfterHeartbeatTimeout) {

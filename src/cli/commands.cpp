@@ -346,19 +346,11 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
 }
 
 int run_node(const CommonOptions& common, const NodeOptions& node_options) {
-  std::map<std::string, std::string> environment;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    const auto eq = entry.find('=');
-    if (eq != std::string_view::npos) environment.emplace(entry.substr(0, eq), entry.substr(eq + 1));
-  }
+  const auto environment = realnet::process_environment();
   // Names first: a misspelled variable explains a "required variable is not set" that follows.
   for (const auto& warning : realnet::check_env_names(environment))
     if (!common.quiet) std::cerr << "pstwin node: warning: " << warning << "\n";
-  std::map<std::string, std::string> vars;
-  for (const auto& name : realnet::node_env_variables())
-    if (const auto it = environment.find(name); it != environment.end()) vars.emplace(name, it->second);
-  const realnet::NodeEnv env = realnet::parse_node_env(vars);
+  const realnet::NodeEnv env = realnet::parse_node_env(realnet::node_variables(environment));
   auto overrides = env.scenario_overrides();
   for (const auto& text : common.sets) overrides.push_back(split_override(text));
   const Scenario scenario = load_scenario(common.scenario_path, overrides);

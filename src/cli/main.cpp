@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "cli/commands.hpp"
+#include "cli/data_files.hpp"
 #include "scenario/scenario.hpp"
 
 namespace {
@@ -125,13 +126,16 @@ int main(int argc, char** argv) {
       "run ONE node (scheduler, server or worker) of a real job configured by BytePS/ps-lite environment "
       "variables (DMLC_ROLE, DMLC_PS_ROOT_URI, ...; see docs/ENVIRONMENT.md); it stops after "
       "run.time_limit (wall clock)");
-  // Compiled in so `pstwin node` works from any directory, as the BytePS launcher does.
-  common.scenario_path = PSTWIN_DEFAULT_SCENARIO;
+  // Found next to the binary so `pstwin node` works from any directory, as the BytePS launcher does.
+  common.scenario_path = data_file("scenarios/quickstart.toml");
   // FILE as every other command takes it; --scenario stays for the scripts and docs that use it.
-  auto* node_file = node->add_option("FILE", common.scenario_path,
-                                     "scenario file (TOML); environment variables override it (default: "
-                                     "the quickstart of the source tree this binary was built from)")
-                        ->check(CLI::ExistingFile);
+  auto* node_file =
+      node->add_option(
+              "FILE", common.scenario_path,
+              "scenario file (TOML); environment variables override it (default: "
+              "<prefix>/share/pstwin/scenarios/quickstart.toml, or the source tree's when run from the build "
+              "directory)")
+          ->check(CLI::ExistingFile);
   node->add_option("--scenario", common.scenario_path, "the same as FILE")
       ->check(CLI::ExistingFile)
       ->excludes(node_file);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/data_files.hpp"
 #include "report/run_report.hpp"
 #include "report/sweep.hpp"
 #include "scenario/scenario.hpp"
@@ -38,10 +39,10 @@ constexpr int kNoMatplotlib = 3;
 // Draws the plots with tools/pstwin_plot.py; a machine without python3 or matplotlib still has the
 // CSV, and is told what to install. Returns false only when the script itself failed.
 bool draw_plots(const std::string& out_dir, bool quiet) {
-  const std::string script = PSTWIN_PLOT_SCRIPT;
+  const std::string script = data_file("tools/pstwin_plot.py");
   if (!std::filesystem::exists(script)) {
     std::cerr << "pstwin sweep: plots skipped: " << script
-              << " is missing (the binary's source tree moved); sweep.csv is written\n";
+              << " is missing (the binary's installation or source tree moved); sweep.csv is written\n";
     return true;
   }
   // The first python3 on PATH may be a private one (pyenv, a virtualenv) without the system's

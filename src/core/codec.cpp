@@ -251,6 +251,8 @@ std::string_view command_name(Command command) {
       return "ack";
     case Command::kWorkerLost:
       return "worker_lost";
+    case Command::kApp:
+      return "app";
   }
   return "unknown";
 }

@@ -24,8 +24,9 @@ enum class Command : std::uint16_t {
   kLbDecision = 12,  // scheduler -> servers, workers: partition owners from an iteration on
   kAck = 13,         // ps.resend: receiver -> sender, key = the acknowledged message's sequence
   kWorkerLost = 14,  // scheduler -> servers, workers (ps.on_worker_loss = continue): key = the lost node's id
+  kApp = 15,  // any -> any: a ps-lite API application's message (src/pslite), payload in its own encoding
 };
-inline constexpr std::uint16_t kMaxCommand = 14;
+inline constexpr std::uint16_t kMaxCommand = 15;
 
 std::string_view command_name(Command command);
 

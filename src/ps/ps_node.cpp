@@ -100,6 +100,8 @@ void PsNode::on_message(Message message) {
         on_ready();
         auto early = std::move(early_);
         for (auto& m : early) on_app_message(std::move(m));
+      } else if (h.is_response && phase_ == Phase::kRunning) {
+        on_barrier_released(static_cast<int>(h.key));
       }
       return;
     case Command::kShutdown:
@@ -132,6 +134,7 @@ void PsNode::on_message(Message message) {
     case Command::kPull:
     case Command::kPushPull:
     case Command::kLbDecision:
+    case Command::kApp:
       if (phase_ == Phase::kBarrier) {
         early_.push_back(std::move(message));
         return;

@@ -39,7 +39,9 @@ class PsNode : public Node {
 
  protected:
   virtual void on_ready() = 0;                       // after the start barrier
-  virtual void on_app_message(Message message) = 0;  // push, pull and their responses
+  virtual void on_app_message(Message message) = 0;  // push, pull, app messages and their responses
+  // A barrier after the start barrier released `group` (one this node asked for with kBarrier).
+  virtual void on_barrier_released(int /*group*/) {}
   virtual void on_shutdown() {}
   // ps.on_worker_loss = "continue": the scheduler declared worker `rank` dead; the job goes on.
   virtual void on_worker_lost(int /*rank*/) {}

@@ -251,6 +251,13 @@ std::vector<NodeId> Scheduler::members(int group_mask) const {
 void Scheduler::on_barrier(const Message& message) {
   if (lost_workers_.contains(message.header.sender)) return;
   const int group = static_cast<int>(message.header.key);
+  // Counted only from a member: a node of another group (or a forged request) would release it early.
+  const auto members_of_group = members(group);
+  if (std::ranges::find(members_of_group, message.header.sender) == members_of_group.end()) {
+    rt_.log("scheduler: ignoring a barrier request of group " + std::to_string(group) + " from node " +
+            std::to_string(message.header.sender) + ", which is not a member of it");
+    return;
+  }
   barrier_arrivals_[group].insert(message.header.sender);
   release_barrier(group);
 }

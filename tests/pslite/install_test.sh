@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install.ExternalProjectBuildsAndRuns: installs this build into PREFIX, builds tests/external_project
+# against it with find_package(pstwin) and, separately, with `pkg-config pstwin`, runs both as ps-lite
+# jobs, and checks that the installed `pstwin node` reads its default scenario from PREFIX.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR PREFIX
+set -euo pipefail
+build=$1 source=$2 prefix=$3
+rm -rf "$prefix" "$prefix-user"
+cmake --install "$build" --prefix "$prefix" > /dev/null
+for f in bin/pstwin include/ps/ps.h share/pstwin/scenarios/quickstart.toml lib/cmake/pstwin/pstwinConfig.cmake \
+         lib/pkgconfig/pstwin.pc; do
+  [[ -e $prefix/$f ]] || { echo "install_test: $prefix/$f was not installed"; exit 1; }
+done
+
+# find_package(pstwin), in a project of its own (its own compiler settings, no pstwin source tree).
+cmake -S "$source/tests/external_project" -B "$prefix-user" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
+cmake --build "$prefix-user" > /dev/null
+python3 "$source/tests/pslite/run_job.py" --servers 2 --workers 2 -- "$prefix-user/sum_app"
+
+# pkg-config, the way a Makefile would use it.
+flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs pstwin)
+# shellcheck disable=SC2086
+c++ "$source/tests/external_project/sum_app.cpp" -o "$prefix-user/sum_app_pc" $flags
+python3 "$source/tests/pslite/run_job.py" --servers 1 --workers 1 -- "$prefix-user/sum_app_pc"
+
+# The installed binary's default scenario is the installed quickstart: one iteration fewer than the
+# source tree's makes the difference visible in the workers' summaries.
+iterations=$(sed -n 's/^iterations = \([0-9]*\)$/\1/p' "$prefix/share/pstwin/scenarios/quickstart.toml")
+sed -i "s/^iterations = .*/iterations = $((iterations - 1))/" "$prefix/share/pstwin/scenarios/quickstart.toml"
+out=$(cd / && python3 "$source/tests/pslite/run_job.py" --servers 2 --workers 4 --worker-ids -- \
+      "$prefix/bin/pstwin" node 2>&1 || true)
+echo "$out" | grep -q "worker rank 0 (node 9): $((iterations - 1)) iterations" || {
+  echo "$out"
+  echo "install_test: the installed pstwin node did not run the installed quickstart ($((iterations - 1)) iterations)"
+  exit 1
+}
+echo "install_test: ok"
