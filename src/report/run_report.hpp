@@ -27,8 +27,10 @@ struct IterationTime {
 struct LinkUsage {
   std::string name;
   std::uint64_t bytes = 0;
-  double bandwidth_Bps = 0;
-  double utilization = 0;  // bytes / (bandwidth * run time)
+  // The simulated or emulated (--netns) bandwidth and bytes / (bandwidth * run time); both absent
+  // on loopback real runs, where no bandwidth was emulated and bytes are all there is.
+  std::optional<double> bandwidth_Bps = std::nullopt;
+  std::optional<double> utilization = std::nullopt;
   // Namespace clusters only (absent elsewhere): utilisation over the push/pull phase (docs/FPT.md),
   // packets tbf dropped on this direction, TCP segments the host retransmitted (on `.up`).
   std::optional<double> phase_utilization = std::nullopt;
