@@ -247,14 +247,23 @@ nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy) {
   nlohmann::ordered_json j;
   j["final"] = accuracy.final_accuracy;
   j["curve"] = nlohmann::ordered_json::array();
-  for (const auto& p : accuracy.curve) j["curve"].push_back({p.iteration, p.time_s, p.accuracy});
+  for (const auto& p : accuracy.curve)
+    j["curve"].push_back({{"iteration", p.iteration}, {"time_s", p.time_s}, {"accuracy", p.accuracy}});
+  j["diverged"] = accuracy.diverged.has_value();
+  if (accuracy.diverged) {
+    j["diverged_iteration"] = accuracy.diverged->iteration;
+    j["diverged_reason"] = accuracy.diverged->reason;
+  }
   return j;
 }
 
 AccuracyCurve accuracy_from_json(const nlohmann::json& j) {
   AccuracyCurve accuracy;
   accuracy.final_accuracy = j.at("final");
-  for (const auto& p : j.at("curve")) accuracy.curve.push_back({p.at(0), p.at(1), p.at(2)});
+  for (const auto& p : j.at("curve"))
+    accuracy.curve.push_back({p.at("iteration"), p.at("time_s"), p.at("accuracy")});
+  if (j.value("diverged", false))
+    accuracy.diverged = Divergence{j.at("diverged_iteration"), j.at("diverged_reason")};
   return accuracy;
 }
 
@@ -683,6 +692,11 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
   }
   if (!busiest_name.empty()) {
     out << "  busiest link: " << busiest_name << " at " << busiest * 100 << " % utilisation\n";
+  } else if (most_bytes && most_bytes->bytes > 0) {
+    // Utilisation against a bandwidth nothing enforced would be a made-up figure.
+    out << "  busiest link: " << most_bytes->name << " carried " << most_bytes->bytes
+        << " bytes (no bandwidth was emulated: loopback, so no utilisation; --netns shapes links)\n";
+  }
   if (r.emulation)
     out << "  network: " << r.emulation->method
         << (r.emulation->latency_emulated ? "" : " (latency NOT emulated: the machine's own applies)")
@@ -690,13 +704,13 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
   out << "  model digest: " << r.model_digest << "\n";
   if (r.accuracy)
     out << "  test accuracy: " << r.accuracy->final_accuracy << " after "
-        << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations\n";
+        << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations"
+        << (r.accuracy->diverged
+                ? "; DIVERGED at iteration " + std::to_string(r.accuracy->diverged->iteration) + ": " +
+                      r.accuracy->diverged->reason
+                : "")
+        << "\n";
   if (r.staleness)
-  } else if (most_bytes && most_bytes->bytes > 0) {
-    // Utilisation against a bandwidth nothing enforced would be a made-up figure.
-    out << "  busiest link: " << most_bytes->name << " carried " << most_bytes->bytes
-        << " bytes (no bandwidth was emulated: loopback, so no utilisation; --netns shapes links)\n";
-  }
     out << "  staleness: " << r.staleness->refused << " pushes refused beyond " << r.staleness->bound << ", "
         << r.staleness->applied << " applied (largest staleness applied " << r.staleness->max_applied
         << ")\n";

@@ -78,9 +78,15 @@ struct AccuracyPoint {
   double time_s = 0;            // since worker 0's first iteration began (sim: simulated seconds)
   double accuracy = 0;          // on the 10,000 test images
 };
+// Where a training run diverged: the first evaluated point after which it never learned again.
+struct Divergence {
+  std::uint32_t iteration = 0;
+  std::string reason;  // "non-finite parameters" or "accuracy collapsed to chance (<= 0.15)"
+};
 struct AccuracyCurve {
   double final_accuracy = 0;
   std::vector<AccuracyPoint> curve;
+  std::optional<Divergence> diverged;
 };
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy);
 nlohmann::ordered_json balancing_json(const BalancingReport& balancing);
