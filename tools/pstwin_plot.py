@@ -368,7 +368,8 @@ def plot_run(directory, out, quiet):
             top.tick_params(labelsize=8)
         heading(ax, f"{title}: test accuracy, final {accuracy.get('final', accs[-1]):.4f}", description,
                 pad=10)
-        ax.legend(fontsize=8, loc="lower right")
+        # Clear of the curve: below it when it learned, above it when it stayed near chance.
+        ax.legend(fontsize=8, loc="lower right" if accs[-1] >= 0.5 else "upper right")
         fig.tight_layout()
         written += save(plt, fig, os.path.join(out, "accuracy"))
 
