@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Accuracy-vs-iteration PNGs of a zeno grid (docs/ROBUSTNESS.md): one plot per mode and attack, one curve
-# per rule, from each cell's results.json `accuracy.curve` ([iteration, time_s, test_accuracy] rows).
+# per rule, from each cell's results.json `accuracy.curve` ({iteration, time_s, accuracy} points).
 #   bench/zeno_plot.sh GRID_DIR [OUT_DIR]      (OUT_DIR: docs/img; GRID_DIR as bench/zeno_grid.sh writes it:
 #                                                MODE-RULE-ATTACK/results.json)
 # Writes OUT_DIR/zeno_MODE_ATTACK.png. Needs gnuplot (gnuplot-nox) and jq (.ci/setup).
@@ -26,7 +26,7 @@ for json in "$grid"/*/results.json; do
   done
   [[ -n $attack ]] || { echo "zeno_plot: skipping '$cell' (not MODE-RULE-ATTACK)" >&2; continue; }
   rule=${rest%-"$attack"}
-  jq -r '.accuracy.curve[]? | "\(.[0]) \(.[2])"' "$json" >"$data/$mode@$attack@$rule.dat"
+  jq -r '.accuracy.curve[]? | "\(.iteration) \(.accuracy)"' "$json" >"$data/$mode@$attack@$rule.dat"
   [[ -s $data/$mode@$attack@$rule.dat ]] || { echo "zeno_plot: '$cell' has no accuracy curve" >&2; continue; }
   plots["$mode@$attack"]+="$rule "
 done

@@ -186,8 +186,8 @@ class SignalGuard {
 
 // Without namespaces every byte crosses loopback: each scenario host's `.up`/`.down` stand for the
 // message bytes its nodes sent/received (same-host traffic included, which the simulator leaves out).
-std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<NodePart>& parts,
-                                      double seconds) {
+// Nothing emulated the scenario's bandwidth, so the links carry bytes and no utilisation.
+std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<NodePart>& parts) {
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_host;
   for (const auto& part : parts) {
     if (part.rank < 0 && part.role != Role::kScheduler) continue;  // never joined: no host
@@ -201,13 +201,9 @@ std::vector<LinkUsage> loopback_links(const Scenario& sc, const std::vector<Node
   std::vector<LinkUsage> links;
   for (int h = 0; h < sc.host_count(); ++h) {
     const std::string name = sc.host_name(h);
-    const double bw = sc.host_link(name).bandwidth_Bps;
     const auto [up, down] = by_host[name];
-    auto util = [&](std::uint64_t bytes) {
-      return seconds > 0 ? static_cast<double>(bytes) / (bw * seconds) : 0;
-    };
-    links.push_back({name + ".up", up, bw, util(up)});
-    links.push_back({name + ".down", down, bw, util(down)});
+    links.push_back({name + ".up", up});
+    links.push_back({name + ".down", down});
   }
   return links;
 }
@@ -267,7 +263,8 @@ void add_phase_utilisation(const std::vector<std::pair<double, double>>& phase, 
                            std::vector<LinkUsage>& links) {
   if (phase.empty() || series.empty()) return;
   for (std::size_t i = 0; i < links.size(); ++i)
-    links[i].phase_utilization = utilisation_over(series, i / 2, i % 2 == 1, links[i].bandwidth_Bps, phase);
+    links[i].phase_utilization =
+        utilisation_over(series, i / 2, i % 2 == 1, links[i].bandwidth_Bps.value_or(0), phase);
 }
 
 }  // namespace
@@ -701,7 +698,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     report.bound = shaped_bound(sc, report);
     add_phase_utilisation(push_pull_phase(sc, parts, report.balancing), series, report.links);
   } else {
-    report.links = loopback_links(sc, parts, job_s);
+    report.links = loopback_links(sc, parts);
   }
   return report;
 }

@@ -89,8 +89,12 @@ TEST(Compare, SimAndRealQuickstart) {
   const std::string sets = " -q --set workload.iterations=2 --out ";
   auto r = testing::run_pstwin("sim scenarios/quickstart.toml" + sets + (dir / "sim").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = testing::run_pstwin("run scenarios/quickstart.toml" + sets + (dir / "real").string());
+  // Not quiet: the summary says the links carry bytes only.
+  r = testing::run_pstwin("run scenarios/quickstart.toml --set workload.iterations=2 --out " +
+                          (dir / "real").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no bandwidth was emulated"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("% utilisation"), std::string::npos) << r.output;
   // Real links on loopback: per host, the message bytes its nodes sent and received. The worker on h3
   // pushes the whole model (5.3 MB + headers) each iteration and pulls it back, as in the simulator.
   const auto real = testing::read_json(dir / "real" / "results.json");
@@ -105,6 +109,10 @@ TEST(Compare, SimAndRealQuickstart) {
     if (s > 1e6) {
       EXPECT_NEAR(re / s, 1.0, 0.01) << sim["links"][i]["name"];
     }
+    // Loopback emulates no bandwidth: no utilisation against one; the simulator's links have both.
+    EXPECT_FALSE(real["links"][i].contains("utilization")) << real["links"][i];
+    EXPECT_FALSE(real["links"][i].contains("bandwidth_Bps")) << real["links"][i];
+    EXPECT_TRUE(sim["links"][i].contains("utilization")) << sim["links"][i];
   }
   r = testing::run_pstwin("compare " + (dir / "sim").string() + " " + (dir / "real").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;

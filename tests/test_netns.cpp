@@ -84,7 +84,7 @@ workers = 2
     ASSERT_EQ(links.size(), 8u);
     EXPECT_EQ(links[0].name, "h0.up");
     EXPECT_EQ(links[5].name, "h2.down");
-    EXPECT_DOUBLE_EQ(links[5].bandwidth_Bps, 5e6);
+    EXPECT_DOUBLE_EQ(links[5].bandwidth_Bps.value_or(0), 5e6);
   }
   EXPECT_TRUE(NetnsCluster::namespaces_with_prefix(prefix).empty());
 }

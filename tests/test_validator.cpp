@@ -180,8 +180,8 @@ TEST(Validator, SyncSimAndRealProcessesLearnTheSameModel) {
   ASSERT_EQ(rs["accuracy"]["curve"].size(), 4u);
   ASSERT_EQ(rr["accuracy"]["curve"].size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(rr["accuracy"]["curve"][i][0], rs["accuracy"]["curve"][i][0]);
-    EXPECT_EQ(rr["accuracy"]["curve"][i][2], rs["accuracy"]["curve"][i][2]);
+    EXPECT_EQ(rr["accuracy"]["curve"][i]["iteration"], rs["accuracy"]["curve"][i]["iteration"]);
+    EXPECT_EQ(rr["accuracy"]["curve"][i]["accuracy"], rs["accuracy"]["curve"][i]["accuracy"]);
   }
   EXPECT_EQ(rr["model_digest"], rs["model_digest"]);
   // The validator process's decisions reach the merged results.json, the same as the simulator's.

@@ -1,6 +1,16 @@
 #!/usr/bin/env python3
 """Plots of pstwin outputs (docs/SWEEP.md).
 
+    pstwin_plot.py run DIR [--out OUT] [--quiet]
+
+reads DIR/results.json (written by `pstwin sim` and `pstwin run`) and, where present, DIR/resolved.toml
+(the scenario's description and workload) and writes, as PNG and SVG into OUT (default DIR):
+
+    iterations   each iteration's time, with the mean and the analytic bound where one applies
+    links        each link's utilisation of its bandwidth (simulated or emulated); bytes per link
+                 where no bandwidth was simulated or emulated (loopback real runs)
+    accuracy     test accuracy against iteration and time (trained workloads only)
+
     pstwin_plot.py sweep DIR [--quiet]
 
 reads DIR/sweep.csv and DIR/sweep.json (written by `pstwin sweep`) and writes, as PNG and SVG, each
@@ -59,7 +69,8 @@ def style(index, count):
     return cmap(index % cmap.N), markers[(index // cmap.N + index) % len(markers)]
 
 
-def plot_sweep(directory, quiet):
+def pyplot():
+    """matplotlib's pyplot set up for files with fixed ids and no dates, or None when it is missing."""
     try:
         import matplotlib
 
@@ -68,8 +79,29 @@ def plot_sweep(directory, quiet):
     except ImportError:
         print("pstwin_plot: matplotlib is not installed (Debian: apt-get install python3-matplotlib)",
               file=sys.stderr)
-        return NO_MATPLOTLIB
+        return None
     plt.rcParams["svg.hashsalt"] = "pstwin"
+    return plt
+
+
+def save(plt, fig, base):
+    """Writes fig as base.png and base.svg without the software or date stamps; returns the paths."""
+    written = []
+    for ext, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+        fig.savefig(f"{base}.{ext}", metadata=metadata)
+        written.append(f"{base}.{ext}")
+    plt.close(fig)
+    return written
+
+
+def heading(ax, title, subtitle, pad=6):
+    ax.set_title(f"{title}\n{subtitle}" if subtitle else title, fontsize=10, pad=pad)
+
+
+def plot_sweep(directory, quiet):
+    plt = pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
     with open(os.path.join(directory, "sweep.json")) as f:
         meta = json.load(f)
     with open(os.path.join(directory, meta.get("csv", "sweep.csv")), newline="") as f:
@@ -145,21 +177,14 @@ def plot_sweep(directory, quiet):
             ax.yaxis.get_major_locator().set_params(integer=True)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        heading = f"{title}: {ylabel} vs {x_field}"
-        ax.set_title(f"{heading}\n{subtitle}" if subtitle else heading, fontsize=10)
+        heading(ax, f"{title}: {ylabel} vs {x_field}", subtitle)
         ax.annotate(error_note, xy=(1, 0), xycoords="axes fraction", xytext=(-4, 4),
                     textcoords="offset points", ha="right", va="bottom", fontsize=8, color="0.35")
         handles, _ = ax.get_legend_handles_labels()
         if handles and any(h.get_label() and not h.get_label().startswith("_") for h in handles):
             ax.legend(fontsize=8, ncol=2 if len(handles) > 8 else 1)
         fig.tight_layout()
-        written = []
-        base = os.path.join(directory, measure.replace(" ", "_"))
-        for ext, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
-            fig.savefig(f"{base}.{ext}", metadata=metadata)
-            written.append(f"{base}.{ext}")
-        plt.close(fig)
-        return written
+        return save(plt, fig, os.path.join(directory, measure.replace(" ", "_")))
 
     times = [number(r["iteration_mean_s"]) for r in rows if number(r["iteration_mean_s"])]
     in_ms = bool(times) and max(times) < 1
@@ -200,13 +225,172 @@ def plot_sweep(directory, quiet):
     return 0
 
 
+def scenario_text(directory, results):
+    """The scenario's name, description and workload kind: resolved.toml where the run wrote one,
+    else results.json's name alone."""
+    name, description, kind = results.get("scenario", "run"), "", ""
+    path = os.path.join(directory, "resolved.toml")
+    if os.path.exists(path):
+        try:
+            import tomllib
+
+            with open(path, "rb") as f:
+                scenario = tomllib.load(f)
+            name = scenario.get("name", name)
+            description = scenario.get("description", "")
+            kind = scenario.get("workload", {}).get("kind", "")
+        except (ImportError, ValueError):
+            pass  # Python < 3.11 or a hand-edited file: the titles carry the name only
+    return name, description, kind
+
+
+def accuracy_points(accuracy):
+    """(iteration, time_s, accuracy) per point: labelled objects, or the bare arrays of older files."""
+    points = []
+    for point in accuracy.get("curve", []):
+        if isinstance(point, dict):
+            points.append((point["iteration"], point["time_s"], point["accuracy"]))
+        else:
+            points.append(tuple(point[:3]))
+    return points
+
+
+def seconds_unit(values):
+    """A scale and unit that keep times readable: ms below one second."""
+    return (1e3, "ms") if values and max(values) < 1 else (1.0, "s")
+
+
+def plot_run(directory, out, quiet):
+    plt = pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
+    with open(os.path.join(directory, "results.json")) as f:
+        results = json.load(f)
+    name, description, kind = scenario_text(directory, results)
+    backend = results.get("backend", "")
+    if backend == "real" and results.get("van"):
+        backend += f", {results['van']} van"
+    title = f"{name} ({backend}, seed {results.get('seed', '?')})"
+    os.makedirs(out, exist_ok=True)
+    written = []
+
+    iterations = results.get("iterations", [])
+    if iterations:
+        times = [it["time_s"] for it in iterations]
+        scale, unit = seconds_unit(times)
+        fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+        xs = [it["index"] for it in iterations]
+        ax.plot(xs, [t * scale for t in times], marker="o" if len(xs) <= 60 else None, markersize=4,
+                linewidth=1.4, color="tab:blue", label="iteration time (slowest worker)")
+        mean = statistics.fmean(times)
+        ax.axhline(mean * scale, color="tab:blue", linestyle=":", linewidth=1,
+                   label=f"mean {mean * scale:.3g} {unit}")
+        bound = results.get("bound")
+        if bound and bound.get("time_s"):
+            ax.axhline(bound["time_s"] * scale, color="tab:red", linestyle="--", linewidth=1.2,
+                       label=f"analytic bound {bound['time_s'] * scale:.3g} {unit}")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(f"iteration time ({unit})")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        highest = max(times + [bound["time_s"]] if bound and bound.get("time_s") else times)
+        ax.set_ylim(0, highest * scale * 1.15)
+        ax.grid(True, alpha=0.3)
+        heading(ax, f"{title}: iteration times", description)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        written += save(plt, fig, os.path.join(out, "iterations"))
+
+    links = [link for link in results.get("links", []) if link.get("bytes", 0) > 0]
+    if links:
+        names = [link["name"] for link in links]
+        measured = [link for link in links if link.get("bandwidth_Bps") and "utilization" in link]
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(links) + 2.5), 4.5), dpi=110)
+        positions = range(len(links))
+        if len(measured) == len(links):
+            phase = all("phase_utilization" in link for link in links)
+            width = 0.4 if phase else 0.7
+            bars = ax.bar([p - (width / 2 if phase else 0) for p in positions],
+                          [100 * link["utilization"] for link in links], width, color="tab:blue",
+                          label="over the whole run")
+            ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+            if phase:
+                bars = ax.bar([p + width / 2 for p in positions],
+                              [100 * link["phase_utilization"] for link in links], width, color="tab:orange",
+                              label="over the push/pull phase")
+                ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+            ax.set_ylabel("utilisation (% of the link's bandwidth)")
+            ax.set_ylim(0, max(100.0, ax.get_ylim()[1]))
+            rates = sorted({link["bandwidth_Bps"] for link in links})
+            what = "emulated" if results.get("network_emulation") else "simulated"
+            rate_text = ", ".join(f"{8 * r / 1e9:g} Gb/s" for r in rates)
+            heading(ax, f"{title}: link utilisation", f"{what} bandwidth {rate_text}")
+            ax.legend(fontsize=8)
+            stem = "links"
+        else:
+            bars = ax.bar(positions, [link["bytes"] / 1e6 for link in links], 0.7, color="tab:gray",
+                          label="bytes carried")
+            ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
+            ax.set_ylabel("bytes carried (MB)")
+            heading(ax, f"{title}: bytes per link",
+                    "no bandwidth was emulated (loopback): bytes only, no utilisation")
+            ax.legend(fontsize=8)
+            stem = "links"
+        ax.set_xticks(list(positions), names, rotation=45, ha="right", fontsize=8)
+        ax.set_xlabel("link (host.up: sent, host.down: received)")
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        written += save(plt, fig, os.path.join(out, stem))
+
+    accuracy = results.get("accuracy")
+    points = accuracy_points(accuracy) if accuracy else []
+    if points and (kind in ("", "mlp")):
+        fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+        its = [p[0] for p in points]
+        accs = [p[2] for p in points]
+        ax.plot(its, accs, marker="o", color="tab:green", linewidth=1.6, label="test accuracy")
+        if accuracy.get("diverged"):
+            ax.axvline(accuracy["diverged_iteration"], color="tab:red", linestyle="--", linewidth=1.2,
+                       label=f"diverged at iteration {accuracy['diverged_iteration']}: "
+                             f"{accuracy.get('diverged_reason', '')}")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("test accuracy (fraction correct)")
+        ax.set_ylim(0, 1)
+        ax.grid(True, alpha=0.3)
+        # The simulated or wall-clock time of each evaluation, on a second axis above.
+        times = [p[1] for p in points]
+        if len(points) > 1 and times[-1] > times[0]:
+            scale, unit = seconds_unit(times)
+            top = ax.secondary_xaxis(
+                "top", functions=(lambda i: i * (times[-1] - times[0]) / (its[-1] - its[0]) * scale,
+                                  lambda t: t / scale * (its[-1] - its[0]) / (times[-1] - times[0])))
+            top.set_xlabel(f"{'simulated' if results.get('backend') == 'sim' else 'wall-clock'} time ({unit})",
+                           fontsize=8, labelpad=2)
+            top.tick_params(labelsize=8)
+        heading(ax, f"{title}: test accuracy, final {accuracy.get('final', accs[-1]):.4f}", description,
+                pad=10)
+        # Clear of the curve: below it when it learned, above it when it stayed near chance.
+        ax.legend(fontsize=8, loc="lower right" if accs[-1] >= 0.5 else "upper right")
+        fig.tight_layout()
+        written += save(plt, fig, os.path.join(out, "accuracy"))
+
+    if not quiet:
+        print("  plots: " + ", ".join(written))
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description="plots of pstwin outputs")
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="plots of a `pstwin sweep` directory")
     sweep.add_argument("dir")
     sweep.add_argument("--quiet", action="store_true")
+    run = sub.add_parser("run", help="plots of one run's results.json (pstwin sim or pstwin run)")
+    run.add_argument("dir")
+    run.add_argument("--out", help="where the plots go (default: DIR)")
+    run.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
+    if args.command == "run":
+        return plot_run(args.dir, args.out or args.dir, args.quiet)
     if args.command == "sweep":
         return plot_sweep(args.dir, args.quiet)
     return 2

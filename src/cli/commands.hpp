@@ -39,6 +39,12 @@ struct SweepOptions {
   bool plots = true;    // --no-plots: sweep.csv and sweep.json only
 };
 
+struct PlotOptions {
+  std::string run_dir;  // holds results.json (and resolved.toml) of `pstwin sim` or `pstwin run`
+  std::string out_dir;  // "" = run_dir
+  bool quiet = false;
+};
+
 struct NodeOptions {
   std::string report_path;  // "" = no partial report
 };
@@ -62,6 +68,8 @@ int run_check(const CommonOptions& common);
 int run_explore(const CommonOptions& common, const ExploreOptions& options);
 // The product of grid values and seeds in the simulator: sweep.csv, sweep.json and plots (docs/SWEEP.md).
 int run_sweep(const CommonOptions& common, const SweepOptions& options);
+// PNG and SVG plots of one run: iteration times, link utilisation, accuracy (docs/SWEEP.md).
+int run_plot(const PlotOptions& options);
 // One node of a real job, configured by the BytePS/ps-lite environment (docs/ENVIRONMENT.md) on top
 // of common.scenario_path; environment values go below --set.
 int run_node(const CommonOptions& common, const NodeOptions& options);

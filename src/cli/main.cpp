@@ -121,6 +121,17 @@ int main(int argc, char** argv) {
                     "output directory (default: pstwin-out/<scenario name>-sweep)");
   sweep->add_flag("!--no-plots", sweep_options.plots, "write sweep.csv and sweep.json only");
 
+  PlotOptions plot_options;
+  auto* plot = app.add_subcommand(
+      "plot",
+      "draw PNG and SVG plots of one run's results.json (pstwin sim or run --out): iteration times, link "
+      "utilisation (bytes where no bandwidth was emulated), test accuracy where trained (docs/SWEEP.md)");
+  plot->add_option("RUN_DIR", plot_options.run_dir, "a run's output directory, with results.json")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  plot->add_option("--out", plot_options.out_dir, "where the plots go (default: RUN_DIR)");
+  plot->add_flag("-q,--quiet", plot_options.quiet, kQuietHelp);
+
   auto* node = app.add_subcommand(
       "node",
       "run ONE node (scheduler, server or worker) of a real job configured by BytePS/ps-lite environment "
@@ -194,6 +205,7 @@ int main(int argc, char** argv) {
     if (*check) return run_check(common);
     if (*explore) return run_explore(common, explore_options);
     if (*sweep) return run_sweep(common, sweep_options);
+    if (*plot) return run_plot(plot_options);
     if (*node) return run_node(common, node_options);
     if (*run) return run_job(common, run_options);
     if (*compare) return run_compare(compare_options);

@@ -1,8 +1,5 @@
 // pstwin sweep: a scenario over the product of grid values and seeds, in forked simulator children.
-#include <sys/wait.h>
-
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -12,7 +9,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "cli/data_files.hpp"
+#include "cli/plot_script.hpp"
 #include "report/run_report.hpp"
 #include "report/sweep.hpp"
 #include "scenario/scenario.hpp"
@@ -33,43 +30,17 @@ std::string duration_text(double seconds) {
   return out.str();
 }
 
-// The plotting script's exit status for "python3 runs but has no matplotlib".
-constexpr int kNoMatplotlib = 3;
-
 // Draws the plots with tools/pstwin_plot.py; a machine without python3 or matplotlib still has the
 // CSV, and is told what to install. Returns false only when the script itself failed.
 bool draw_plots(const std::string& out_dir, bool quiet) {
-  const std::string script = data_file("tools/pstwin_plot.py");
-  if (!std::filesystem::exists(script)) {
-    std::cerr << "pstwin sweep: plots skipped: " << script
-              << " is missing (the binary's installation or source tree moved); sweep.csv is written\n";
-    return true;
-  }
-  // The first python3 on PATH may be a private one (pyenv, a virtualenv) without the system's
-  // matplotlib: the system's interpreter is tried next. PSTWIN_PYTHON names another.
-  std::vector<std::string> interpreters = {"python3", "/usr/bin/python3"};
-  if (const char* chosen = std::getenv("PSTWIN_PYTHON")) interpreters = {chosen};
-  // Probe quietly for an interpreter with matplotlib, then run the script where its errors show.
-  std::string python = interpreters.back();
-  for (const auto& candidate : interpreters)
-    if (std::system((shell_quote(candidate) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
-      python = candidate;
-      break;
-    }
-  const std::string command = shell_quote(python) + " " + shell_quote(script) + " sweep " +
-                              shell_quote(out_dir) + (quiet ? " --quiet" : "");
-  std::cout.flush();
-  const int status = std::system(command.c_str());
-  const int code = status == -1 ? 127 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128);
-  if (code == 0) return true;
-  if (code == kNoMatplotlib || code == 127) {
-    std::cerr << "pstwin sweep: plots skipped: " << (code == 127 ? "python3" : "python3's matplotlib")
-              << " is not installed (Debian: apt-get install python3-matplotlib); sweep.csv and sweep.json "
-                 "are written\n";
-    return true;
-  }
-  std::cerr << "pstwin sweep: the plotting script failed (exit status " << code << "): " << command << "\n";
-  return false;
+  std::vector<std::string> arguments = {"sweep", out_dir};
+  if (quiet) arguments.emplace_back("--quiet");
+  const PlotOutcome outcome = run_plot_script(arguments);
+  if (outcome == PlotOutcome::kFailed) return false;
+  if (outcome != PlotOutcome::kDrawn)
+    std::cerr << "pstwin sweep: plots skipped: " << plot_outcome_text(outcome)
+              << "; sweep.csv and sweep.json are written\n";
+  return true;
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ Comparison compare_reports(const RunReport& sim, const RunReport& real) {
     auto bytes = [](const LinkUsage* l) {
       return l ? std::optional<double>(static_cast<double>(l->bytes)) : std::nullopt;
     };
-    auto util = [](const LinkUsage* l) { return l ? std::optional<double>(l->utilization) : std::nullopt; };
+    auto util = [](const LinkUsage* l) { return l ? l->utilization : std::nullopt; };
     c.link_bytes.push_back({name, bytes(s), bytes(r)});
     c.link_utilization.push_back({name, util(s), util(r)});
   };

@@ -103,10 +103,9 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["invariants"] = inv;
   j["links"] = ordered_json::array();
   for (const auto& l : r.links) {
-    ordered_json link = {{"name", l.name},
-                         {"bytes", l.bytes},
-                         {"bandwidth_Bps", l.bandwidth_Bps},
-                         {"utilization", l.utilization}};
+    ordered_json link = {{"name", l.name}, {"bytes", l.bytes}};
+    if (l.bandwidth_Bps) link["bandwidth_Bps"] = *l.bandwidth_Bps;
+    if (l.utilization) link["utilization"] = *l.utilization;
     if (l.phase_utilization) link["phase_utilization"] = *l.phase_utilization;
     if (l.drops) link["drops"] = *l.drops;
     if (l.retransmitted) link["retransmitted"] = *l.retransmitted;
@@ -248,14 +247,23 @@ nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy) {
   nlohmann::ordered_json j;
   j["final"] = accuracy.final_accuracy;
   j["curve"] = nlohmann::ordered_json::array();
-  for (const auto& p : accuracy.curve) j["curve"].push_back({p.iteration, p.time_s, p.accuracy});
+  for (const auto& p : accuracy.curve)
+    j["curve"].push_back({{"iteration", p.iteration}, {"time_s", p.time_s}, {"accuracy", p.accuracy}});
+  j["diverged"] = accuracy.diverged.has_value();
+  if (accuracy.diverged) {
+    j["diverged_iteration"] = accuracy.diverged->iteration;
+    j["diverged_reason"] = accuracy.diverged->reason;
+  }
   return j;
 }
 
 AccuracyCurve accuracy_from_json(const nlohmann::json& j) {
   AccuracyCurve accuracy;
   accuracy.final_accuracy = j.at("final");
-  for (const auto& p : j.at("curve")) accuracy.curve.push_back({p.at(0), p.at(1), p.at(2)});
+  for (const auto& p : j.at("curve"))
+    accuracy.curve.push_back({p.at("iteration"), p.at("time_s"), p.at("accuracy")});
+  if (j.value("diverged", false))
+    accuracy.diverged = Divergence{j.at("diverged_iteration"), j.at("diverged_reason")};
   return accuracy;
 }
 
@@ -278,7 +286,9 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (j.at("invariants").contains("by_invariant"))
     add_tallies_from_json(j["invariants"]["by_invariant"], r.invariant_tallies);
   for (const auto& l : j.at("links")) {
-    LinkUsage link{l.at("name"), l.at("bytes"), l.at("bandwidth_Bps"), l.at("utilization")};
+    LinkUsage link{l.at("name"), l.at("bytes")};
+    if (l.contains("bandwidth_Bps")) link.bandwidth_Bps = l["bandwidth_Bps"].get<double>();
+    if (l.contains("utilization")) link.utilization = l["utilization"].get<double>();
     if (l.contains("phase_utilization")) link.phase_utilization = l["phase_utilization"].get<double>();
     if (l.contains("drops")) link.drops = l["drops"].get<std::uint64_t>();
     if (l.contains("retransmitted")) link.retransmitted = l["retransmitted"].get<std::uint64_t>();
@@ -649,11 +659,13 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
       largest_other = std::max(largest_other, sum);
     }
     double busiest_link = 0;
-    for (const auto& l : r.links) busiest_link = std::max(busiest_link, l.utilization);
+    bool bandwidth_known = false;
+    for (const auto& l : r.links)
+      if (l.utilization) busiest_link = std::max(busiest_link, *l.utilization), bandwidth_known = true;
     // Near its bound the network is the limit; well above it with links far from full, the credit is.
     const double achieved = r.bound && r.bound->achieved_s > 0 ? r.bound->achieved_s : r.mean_iteration_s();
     const double ratio = r.bound && r.bound->time_s > 0 ? achieved / r.bound->time_s : 0;
-    if (credit > largest_other && !r.links.empty()) {
+    if (credit > largest_other && bandwidth_known) {
       out << "; the busiest link carried " << std::setprecision(0) << busiest_link * 100
           << std::setprecision(6) << " % of its bandwidth";
       if (ratio > 0 && ratio <= 1.1)
@@ -673,10 +685,18 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
       << " s\n";
   double busiest = 0;
   std::string busiest_name;
-  for (const auto& l : r.links)
-    if (l.utilization > busiest) busiest = l.utilization, busiest_name = l.name;
-  if (!busiest_name.empty())
+  const LinkUsage* most_bytes = nullptr;
+  for (const auto& l : r.links) {
+    if (l.utilization && *l.utilization > busiest) busiest = *l.utilization, busiest_name = l.name;
+    if (!most_bytes || l.bytes > most_bytes->bytes) most_bytes = &l;
+  }
+  if (!busiest_name.empty()) {
     out << "  busiest link: " << busiest_name << " at " << busiest * 100 << " % utilisation\n";
+  } else if (most_bytes && most_bytes->bytes > 0) {
+    // Utilisation against a bandwidth nothing enforced would be a made-up figure.
+    out << "  busiest link: " << most_bytes->name << " carried " << most_bytes->bytes
+        << " bytes (no bandwidth was emulated: loopback, so no utilisation; --netns shapes links)\n";
+  }
   if (r.emulation)
     out << "  network: " << r.emulation->method
         << (r.emulation->latency_emulated ? "" : " (latency NOT emulated: the machine's own applies)")
@@ -684,7 +704,12 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
   out << "  model digest: " << r.model_digest << "\n";
   if (r.accuracy)
     out << "  test accuracy: " << r.accuracy->final_accuracy << " after "
-        << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations\n";
+        << (r.accuracy->curve.empty() ? 0 : r.accuracy->curve.back().iteration) << " iterations"
+        << (r.accuracy->diverged
+                ? "; DIVERGED at iteration " + std::to_string(r.accuracy->diverged->iteration) + ": " +
+                      r.accuracy->diverged->reason
+                : "")
+        << "\n";
   if (r.staleness)
     out << "  staleness: " << r.staleness->refused << " pushes refused beyond " << r.staleness->bound << ", "
         << r.staleness->applied << " applied (largest staleness applied " << r.staleness->max_applied

@@ -27,8 +27,10 @@ struct IterationTime {
 struct LinkUsage {
   std::string name;
   std::uint64_t bytes = 0;
-  double bandwidth_Bps = 0;
-  double utilization = 0;  // bytes / (bandwidth * run time)
+  // The simulated or emulated (--netns) bandwidth and bytes / (bandwidth * run time); both absent
+  // on loopback real runs, where no bandwidth was emulated and bytes are all there is.
+  std::optional<double> bandwidth_Bps = std::nullopt;
+  std::optional<double> utilization = std::nullopt;
   // Namespace clusters only (absent elsewhere): utilisation over the push/pull phase (docs/FPT.md),
   // packets tbf dropped on this direction, TCP segments the host retransmitted (on `.up`).
   std::optional<double> phase_utilization = std::nullopt;
@@ -76,9 +78,15 @@ struct AccuracyPoint {
   double time_s = 0;            // since worker 0's first iteration began (sim: simulated seconds)
   double accuracy = 0;          // on the 10,000 test images
 };
+// Where a training run diverged: the first evaluated point after which it never learned again.
+struct Divergence {
+  std::uint32_t iteration = 0;
+  std::string reason;  // "non-finite parameters" or "accuracy collapsed to chance (<= 0.15)"
+};
 struct AccuracyCurve {
   double final_accuracy = 0;
   std::vector<AccuracyPoint> curve;
+  std::optional<Divergence> diverged;
 };
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy);
 nlohmann::ordered_json balancing_json(const BalancingReport& balancing);
