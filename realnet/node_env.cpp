@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/edit_distance.hpp"
+#include "realnet/job_auth.hpp"
 
 namespace pstwin::realnet {
 namespace {
@@ -85,7 +86,8 @@ const std::vector<std::string>& node_env_variables() {
                                               "PSTWIN_NIC_RATE",
                                               "PSTWIN_PACING",
                                               "PSTWIN_HOST",
-                                              "PSTWIN_JOB_START"};
+                                              "PSTWIN_JOB_START",
+                                              "PSTWIN_JOB_TOKEN"};
   return names;
 }
 
@@ -296,6 +298,15 @@ NodeEnv parse_node_env(const Env& env) {
                                   "than now (pstwin run sets it; the zero of every [faults] window); unset: "
                                   "this node's start")) *
                       1e-9;
+  }
+  if (const auto* v = find(env, "PSTWIN_JOB_TOKEN"); v != nullptr && !v->empty()) {
+    // The value is a secret: the message names its length, never the text.
+    if (v->size() < kMinTokenBytes || v->size() > 1024)
+      throw NodeEnvError("PSTWIN_JOB_TOKEN has " + std::to_string(v->size()) + " characters: expected " +
+                         std::to_string(kMinTokenBytes) +
+                         " to 1024, the same on every node of the job, e.g. the output of `openssl rand "
+                         "-hex 32` (`pstwin run` makes one per job)");
+    out.job_token = *v;
   }
   return out;
 }

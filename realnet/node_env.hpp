@@ -51,6 +51,9 @@ struct NodeEnv {
   // PSTWIN_JOB_START: the job's start on the steady clock, the zero of every [faults] window (`pstwin
   // run` sets it, so every node injects on the job's clock); unset: this node's own start.
   std::optional<double> job_start_s;
+  // PSTWIN_JOB_TOKEN: the job's secret; every connection between its nodes proves it
+  // (realnet/job_auth.hpp). "": the node runs unauthenticated (and says so).
+  std::string job_token;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.
