@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -330,7 +331,8 @@ TEST_P(Adversary, OutsiderWithoutTheTokenIsRefusedAndTheJobEndsWithTheSimulators
 }
 
 // Without a token the first well-formed header makes a member; everything before it is refused and
-// its connection closed, and a member's message that names another node is dropped alone.
+// its connection closed, a member's message that names another node is dropped alone, and the
+// scheduler ignores a worker_done from a node that is not one of its workers.
 TEST_P(Adversary, UnauthenticatedNodesRefuseMalformedOversizedAndForgedFrames) {
   Scenario sc = long_quickstart();
   sc.workload.iterations = 20;
@@ -349,6 +351,16 @@ TEST_P(Adversary, UnauthenticatedNodesRefuseMalformedOversizedAndForgedFrames) {
       m.header.is_response = true;
       return m;
     }();
+    // To the scheduler, one connection each as the two servers and two ranks the job does not have:
+    // a worker_done, which only a worker of the node table may send. Four of them would end the job
+    // before any worker finished.
+    const std::string scheduler = address_of(nodes, "scheduler");
+    std::vector<std::vector<Message>> fake_dones;
+    for (const NodeId id : {server_id(0), server_id(1), worker_id(50), worker_id(51)}) {
+      Message hello = message_of(Command::kHeartbeat, id, kSchedulerId);
+      hello.header.is_response = true;
+      fake_dones.push_back({hello, message_of(Command::kWorkerDone, id, kSchedulerId)});
+    }
     std::vector<Message> forged{message_of(Command::kPush, worker_id(0), self, std::string(64, 'f')),
                                 message_of(Command::kShutdown, kSchedulerId, self),
                                 message_of(Command::kPush, server_id(1), self, std::string(64, 'f'))};
@@ -368,18 +380,31 @@ TEST_P(Adversary, UnauthenticatedNodesRefuseMalformedOversizedAndForgedFrames) {
       for (const auto& m : forged) bytes += frame_bytes(m);
       member.write(bytes);
       EXPECT_FALSE(member.closed_by_peer(300ms)) << "a member's connection was closed for a forged message";
+      std::vector<Socket> to_scheduler;
+      for (const auto& messages : fake_dones) {
+        to_scheduler.emplace_back(scheduler);
+        to_scheduler.back().write(frame_bytes(messages[0]) + frame_bytes(messages[1]));
+      }
     } else {
       for (std::uint32_t seed = 1; seed <= 3; ++seed) realnet::send_raw(server, {random_bytes(4096, seed)});
       for (const std::uint64_t claim : {std::uint64_t{4} << 30, std::uint64_t{2} << 20})
         realnet::send_raw(server, {header_claiming(claim, worker_id(1), self), std::string(16, 'x')});
+      const auto send_all = [](realnet::RawDealer& dealer, const std::vector<Message>& messages) {
+        for (const auto& m : messages) {
+          const auto header = encode_header(m.header, m.payload, true);
+          const auto body = m.payload.bytes();
+          std::vector<std::string> frames{
+              std::string(reinterpret_cast<const char*>(header.data()), header.size())};
+          if (!body.empty()) frames.emplace_back(reinterpret_cast<const char*>(body.data()), body.size());
+          dealer.send(frames);
+        }
+      };
       realnet::RawDealer member(server);
-      for (const auto& m : std::vector<Message>{bind, forged[0], forged[1], forged[2]}) {
-        const auto header = encode_header(m.header, m.payload, true);
-        const auto body = m.payload.bytes();
-        std::vector<std::string> frames{
-            std::string(reinterpret_cast<const char*>(header.data()), header.size())};
-        if (!body.empty()) frames.emplace_back(reinterpret_cast<const char*>(body.data()), body.size());
-        member.send(frames);
+      send_all(member, {bind, forged[0], forged[1], forged[2]});
+      std::vector<std::unique_ptr<realnet::RawDealer>> to_scheduler;
+      for (const auto& messages : fake_dones) {
+        to_scheduler.push_back(std::make_unique<realnet::RawDealer>(scheduler));
+        send_all(*to_scheduler.back(), messages);
       }
       std::this_thread::sleep_for(300ms);
     }
