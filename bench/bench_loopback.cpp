@@ -11,7 +11,10 @@
 // It prints both and the ratio, with the CPU seconds (user+sys) each phase used and the load
 // average: on a shared machine, wall times are noisy. Usage:
 //   bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
-//                  [--only latency|pipelined|tcp] [--set FIELD=VALUE]...
+//                  [--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N]
+// --auth-ab N: instead, the cost of job authentication (PSTWIN_JOB_TOKEN): N rounds per size, each
+// measuring blocking latency and pipelined throughput with a token and without, in alternating
+// order; prints the medians of each and their ratio.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -27,6 +30,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -269,8 +273,55 @@ Plan plan_for(std::uint64_t size, bool quick) {
 
 }  // namespace
 
+namespace {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Authenticated (a random token: every connection proves membership once) against unauthenticated
+// runs, interleaved so that drift in the machine's load hits both alike.
+int auth_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, const Overrides& sets,
+            pstwin::realnet::LocalRunOptions options, int rounds) {
+  std::printf("van %s; load average before: %s; authenticated / unauthenticated, %d interleaved rounds\n",
+              std::string(pstwin::realnet::van_name(options.van)).c_str(), load_average().c_str(), rounds);
+  std::printf(
+      "| value | p50 with token / without | ratio | pipelined with token / without | ratio |\n"
+      "| --- | --- | --- | --- | --- |\n");
+  for (const auto size : sizes) {
+    const Plan plan = plan_for(size, quick);
+    std::vector<double> p50[2], bps[2];
+    for (int round = 0; round < rounds; ++round)
+      for (int turn = 0; turn < 2; ++turn) {
+        const int with_token = (round + turn) % 2;
+        options.job_token = with_token ? std::nullopt : std::optional<std::string>("");
+        const auto latency = steady(iteration_times(
+            pstwin::realnet::run_local(bench_scenario(size, 1, plan.latency_rounds, credit, sets), options)));
+        p50[with_token].push_back(percentile(latency, 0.5));
+        const auto pipeline = steady(iteration_times(pstwin::realnet::run_local(
+            bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets), options)));
+        double busy = 0;
+        for (const double t : pipeline) busy += t;
+        bps[with_token].push_back(2.0 * 2.0 * static_cast<double>(size) * plan.pipeline_values *
+                                  static_cast<double>(pipeline.size()) / busy);
+      }
+    std::printf("| %s | %.1f / %.1f us | %.3f | %.3f / %.3f GB/s | %.3f |\n", size_text(size).c_str(),
+                median(p50[1]) * 1e6, median(p50[0]) * 1e6, median(p50[1]) / median(p50[0]),
+                median(bps[1]) / 1e9, median(bps[0]) / 1e9, median(bps[1]) / median(bps[0]));
+    std::fflush(stdout);
+  }
+  std::printf("load average after: %s (medians over the rounds; ratio = with token / without)\n",
+              load_average().c_str());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::vector<std::uint64_t> sizes{4096, 1 << 20, 16 << 20};
+  int auth_rounds = 0;
   int credit = 4;
   bool quick = false;
   std::string only;  // "", "latency", "pipelined" or "tcp": one part alone (for profiling)
@@ -282,6 +333,9 @@ int main(int argc, char** argv) {
       const bool has_value = i + 1 < argc;
       if (arg == "--quick") {
         quick = true;
+      } else if (arg == "--auth-ab" && has_value) {
+        auth_rounds = std::stoi(argv[++i]);
+        if (auth_rounds < 1) throw std::invalid_argument("--auth-ab: expected a number of rounds >= 1");
       } else if (arg == "--only" && has_value) {
         only = argv[++i];
         if (only != "latency" && only != "pipelined" && only != "tcp")
@@ -314,7 +368,7 @@ int main(int argc, char** argv) {
         throw std::invalid_argument(
             "unknown argument '" + arg +
             "'; usage: bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
-            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]...");
+            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N]");
       }
     }
   } catch (const std::exception& e) {
@@ -322,6 +376,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (auth_rounds > 0) {
+    try {
+      return auth_ab(sizes, credit, quick, sets, run_options, auth_rounds);
+    } catch (const std::exception& e) {
+      std::cerr << "bench_loopback: " << e.what() << "\n";
+      return 1;
+    }
+  }
   try {
     std::printf("van %s; load average before: %s; %u CPUs; ps.scheduling_credit %d\n",
                 std::string(pstwin::realnet::van_name(run_options.van)).c_str(), load_average().c_str(),

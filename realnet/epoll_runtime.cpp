@@ -45,6 +45,8 @@ EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
   out.own_threads = false;  // the event loop drives it
   out.pool.link_rate_Bps = options.nic_rate_Bps;
   if (options.kernel_pacing) out.pacing = EpollTransport::Options::Pacing::kKernel;
+  if (!options.job_token.empty()) out.job_key.emplace(options.job_token);
+  if (options.max_payload_bytes > 0) out.limits.max_payload_bytes = options.max_payload_bytes;
   return out;
 }
 
@@ -187,6 +189,10 @@ void EpollNodeRuntime::on_frame(Message message) {
 }
 
 void EpollNodeRuntime::on_error(const TransportError& error) {
+  if (error.refused) {
+    refuse(error.who, error.to_string());
+    return;
+  }
   ++transport_errors_;
   if (halting()) {
     log(error.to_string());

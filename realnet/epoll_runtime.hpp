@@ -37,8 +37,9 @@ class EpollNodeRuntime final : public LoopRuntime {
   // ... and the receive shaping's (fpt::ReceiveShaper at PSTWIN_NIC_RATE; without it nothing is shaped).
   void set_receive_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
   fpt::DestinationStats stats(NodeId peer) const { return transport_->stats(peer); }
-  // Transport errors seen (a malformed or misrouted frame, a peer closing mid-frame, a connection
-  // lost): before the node stops, each fails it, naming the peer.
+  // Transport errors seen (a member's malformed frame, a member closing mid-frame, a connection
+  // lost): before the node stops, each fails it, naming the peer. What a non-member sends, and a
+  // member's forged or misrouted message, is refused instead (refusals()) and the node goes on.
   std::uint64_t transport_errors() const { return transport_errors_.load(); }
 
  private:

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fpt/message_pacer.hpp"
+#include "ps/ids.hpp"
 
 namespace pstwin::realnet {
 
@@ -93,6 +94,11 @@ struct EpollTransport::OutConnection {
   FileDescriptor fd;
   std::deque<Frame> frames;
   bool blocked = false;  // waiting for EPOLLOUT
+  // With a job key: false until the peer's challenge came and our proof left; the pool holds the
+  // connection's messages meanwhile (set_blocked) and the socket is polled for reading.
+  bool proven = true;
+  HandshakeBytes challenge{};
+  std::size_t challenge_have = 0;
   std::atomic<bool> dead{false};
   // User pacing (guarded by the transport's mutex_): the bytes the connection is ahead of its rate,
   // and until when the pool keeps it out of its rotation for them (held_until 0: not held).
@@ -103,8 +109,16 @@ struct EpollTransport::OutConnection {
 struct EpollTransport::InConnection {
   FileDescriptor fd;
   std::string address;
-  NodeId sender = kNoNode;  // from the first header
-  std::vector<std::byte> buffer = std::vector<std::byte>(kInBufferBytes);
+  NodeId sender = kNoNode;  // from the first header that names a node
+  // A member: proved membership with the job key, or (without one) sent a well-formed header. What a
+  // non-member sends is refused and its connection closed; the node goes on.
+  bool trusted = false;
+  HandshakeBytes challenge{};  // with a job key: sent at accept
+  HandshakeBytes proof{};
+  std::size_t proof_have = 0;
+  double deadline = 0;            // with a job key, until trusted: when the connection is closed unproven
+  bool discard = false;           // the frame being read is refused (forged sender, another node's): dropped
+  std::vector<std::byte> buffer;  // kInBufferBytes once it is read as frames: idle ones cost nothing
   HeaderBytes header_bytes{};
   std::size_t header_have = 0;
   bool in_body = false;
@@ -121,6 +135,7 @@ struct EpollTransport::InConnection {
   std::string name() const {
     return "connection from " + address + (sender == kNoNode ? "" : " (node " + std::to_string(sender) + ")");
   }
+  std::string host() const { return address.substr(0, address.rfind(':')); }
   bool mid_frame() const { return header_have > 0 || in_body; }
 };
 
@@ -153,6 +168,7 @@ EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks
   getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length);
   port_ = ntohs(address.sin_port);
 
+  spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   stop_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   wake_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   send_epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
@@ -195,7 +211,23 @@ void EpollTransport::stop() {
 }
 
 void EpollTransport::report(const std::string& peer, const std::string& field, const std::string& detail) {
-  if (callbacks_.on_error) callbacks_.on_error(TransportError{peer, field, detail});
+  if (callbacks_.on_error) callbacks_.on_error(TransportError{peer, field, detail, false, ""});
+}
+
+void EpollTransport::report_in(const InConnection& c, const std::string& field, const std::string& detail,
+                               bool keep_connection) {
+  if (!callbacks_.on_error) return;
+  if (c.trusted && !keep_connection) {
+    callbacks_.on_error(TransportError{c.name(), field, detail + "; connection dropped", false, ""});
+    return;
+  }
+  callbacks_.on_error(TransportError{
+      c.name(), field,
+      detail + (keep_connection ? "; message dropped" : "; connection closed (not a member of the job)"),
+      true,
+      !c.trusted            ? c.host()
+      : c.sender == kNoNode ? "registrant at " + c.host()
+                            : "node " + std::to_string(c.sender)});
 }
 
 std::optional<std::string> EpollTransport::connect(NodeId peer, const std::string& host, std::uint16_t port,
@@ -228,9 +260,15 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
   connection->peer = peer;
   connection->name = name;
   connection->fd = std::move(fd);
+  connection->proven = !options_.job_key.has_value();
   std::lock_guard lock(mutex_);
   if (stopped_) return name + ": the transport is stopped";
   if (out_.contains(peer)) return name + ": node " + std::to_string(peer) + " is already connected";
+  if (!connection->proven) {
+    // Nothing leaves before our proof: the peer would refuse it. Its challenge wakes on_writable().
+    pool_.set_blocked(peer, true);
+    epoll_add(out_epoll(), connection->fd.get(), EPOLLIN | EPOLLRDHUP);
+  }
   apply_pacing(*connection);
   out_by_fd_[connection->fd.get()] = connection.get();
   out_.emplace(peer, std::move(connection));
@@ -430,7 +468,48 @@ void EpollTransport::on_writable(int fd) {
     const auto it = out_by_fd_.find(fd);
     if (it != out_by_fd_.end()) connection = it->second;
   }
-  if (connection != nullptr) flush(*connection);
+  if (connection == nullptr) return;
+  if (!connection->proven)
+    answer_challenge(*connection);
+  else
+    flush(*connection);
+}
+
+void EpollTransport::answer_challenge(OutConnection& c) {
+  while (c.challenge_have < kHandshakeBytes) {
+    const ssize_t got = ::recv(c.fd.get(), c.challenge.data() + c.challenge_have,
+                               kHandshakeBytes - c.challenge_have, MSG_DONTWAIT);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      fail_out(c, "receive failed while proving membership: " + errno_text(errno));
+      return;
+    }
+    if (got == 0) {
+      fail_out(c,
+               "the peer closed the connection before it sent a membership challenge: does it run "
+               "with PSTWIN_JOB_TOKEN set, the same as this node's?");
+      return;
+    }
+    c.challenge_have += static_cast<std::size_t>(got);
+  }
+  const auto proof = options_.job_key->prove(c.challenge);
+  if (!proof) {
+    fail_out(c,
+             "the peer's first bytes are not a membership challenge: is it a pstwin node of this job "
+             "with PSTWIN_JOB_TOKEN set (every node of a job needs it, or none)?");
+    return;
+  }
+  // 40 bytes into a fresh socket's empty send buffer: all of them or an error.
+  if (::send(c.fd.get(), proof->data(), proof->size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(proof->size())) {
+    fail_out(c, "could not send the membership proof: " + errno_text(errno));
+    return;
+  }
+  epoll_ctl(out_epoll(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  c.proven = true;
+  std::lock_guard lock(mutex_);
+  pool_.set_blocked(c.peer, false);
 }
 
 bool EpollTransport::send_batch() {
@@ -516,8 +595,9 @@ void EpollTransport::poll(int timeout_ms) {
   std::array<epoll_event, kMaxEvents> events{};
   take_up_receive_shaping();
   resume_due();
-  const int ready =
-      epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, paced_timeout(shaped_timeout(timeout_ms)));
+  expire_unproven();
+  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents,
+                               unproven_timeout(paced_timeout(shaped_timeout(timeout_ms))));
   if (ready < 0 && errno != EINTR) {
     report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
     return;
@@ -559,44 +639,173 @@ void EpollTransport::accept_all() {
     const int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length,
                            SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        report("listener on port " + std::to_string(port_), "connection",
-               "accept failed: " + errno_text(errno));
+      const int error = errno;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      if (error == EMFILE || error == ENFILE) {
+        if (!refuse_for_lack_of_descriptors(error)) return;  // the listener is tried again next round
+        continue;
       }
+      // Whatever else goes wrong with one pending connection is that connection's problem.
+      if (error != EAGAIN && error != EWOULDBLOCK && callbacks_.on_error)
+        callbacks_.on_error(TransportError{"listener on port " + std::to_string(port_), "connection",
+                                           "accept failed: " + errno_text(error), true, "listener"});
       return;
     }
     auto connection = std::make_unique<InConnection>();
     connection->fd.reset(fd);
     connection->address = address_text(address);
+    if (options_.job_key) {
+      // Past the cap the oldest goes, not the newest: a member proves within a round trip, so a flood
+      // of idle connections cannot keep it out.
+      if (unproven_ >= options_.max_unproven) evict_oldest_unproven();
+      // 40 bytes into a fresh socket's empty send buffer: all of them or an error.
+      connection->challenge = JobKey::challenge();
+      if (::send(fd, connection->challenge.data(), kHandshakeBytes, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(kHandshakeBytes)) {
+        report_in(*connection, "connection", "could not send the membership challenge: " + errno_text(errno));
+        continue;
+      }
+      connection->deadline = seconds_now() + options_.handshake_timeout_s;
+      ++unproven_;
+    }
     set_int_option(fd, IPPROTO_TCP, TCP_NODELAY, 1);
     epoll_add(receive_epoll_.get(), fd, EPOLLIN | EPOLLRDHUP);
     in_.emplace(fd, std::move(connection));
   }
 }
 
+bool EpollTransport::refuse_for_lack_of_descriptors(int error) {
+  const std::string why = "out of file descriptors (" + errno_text(error) + ")";
+  if (spare_fd_.get() >= 0) {
+    spare_fd_.reset();
+    sockaddr_in address{};
+    socklen_t length = sizeof address;
+    const int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length, SOCK_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (fd >= 0 && callbacks_.on_error) {
+      const std::string from = address_text(address);
+      callbacks_.on_error(TransportError{"connection from " + from, "connection",
+                                         why + ": connection closed at once", true,
+                                         from.substr(0, from.rfind(':'))});
+    }
+    return fd >= 0;
+  }
+  spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (callbacks_.on_error)
+    callbacks_.on_error(TransportError{"listener on port " + std::to_string(port_), "connection",
+                                       why + ": a pending connection waits", true, "listener"});
+  return false;
+}
+
+void EpollTransport::close_in(int fd) {
+  const auto it = in_.find(fd);
+  if (it == in_.end()) return;
+  epoll_ctl(receive_epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  if (it->second->paused_until > 0) --paused_;
+  if (options_.job_key && !it->second->trusted) --unproven_;
+  in_.erase(it);  // closes it
+}
+
+void EpollTransport::evict_oldest_unproven() {
+  int oldest = -1;
+  double deadline = 0;
+  for (const auto& [fd, c] : in_)
+    if (!c->trusted && (oldest < 0 || c->deadline < deadline)) {
+      oldest = fd;
+      deadline = c->deadline;
+    }
+  if (oldest < 0) return;
+  report_in(*in_.at(oldest), "connection",
+            "the oldest of " + std::to_string(unproven_) + " connections proving membership (at most " +
+                std::to_string(options_.max_unproven) + " at once) while another came");
+  close_in(oldest);
+}
+
+void EpollTransport::expire_unproven() {
+  if (unproven_ == 0) return;
+  const double now = seconds_now();
+  if (now < next_expiry_check_) return;
+  next_expiry_check_ = now + 0.1;
+  std::vector<int> late;
+  for (const auto& [fd, c] : in_)
+    if (!c->trusted && c->deadline <= now) late.push_back(fd);
+  for (const int fd : late) {
+    const auto& c = *in_.at(fd);
+    report_in(c, "connection",
+              "did not prove membership within " + std::to_string(options_.handshake_timeout_s) + " s (" +
+                  std::to_string(c.proof_have) + " of " + std::to_string(kHandshakeBytes) + " proof bytes)");
+    close_in(fd);
+  }
+}
+
+int EpollTransport::unproven_timeout(int timeout_ms) const {
+  if (unproven_ == 0) return timeout_ms;
+  constexpr int kCheckMs = 100;
+  return timeout_ms < 0 ? kCheckMs : std::min(timeout_ms, kCheckMs);
+}
+
+std::optional<bool> EpollTransport::after_failed_read(const InConnection& c) {
+  if (errno == EINTR) return std::nullopt;
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+  report_in(c, "connection", "receive failed: " + errno_text(errno));
+  return false;
+}
+
+bool EpollTransport::read_proof(InConnection& c) {
+  while (c.proof_have < kHandshakeBytes) {
+    const ssize_t got = ::read(c.fd.get(), c.proof.data() + c.proof_have, kHandshakeBytes - c.proof_have);
+    if (got < 0) {
+      const auto drained = after_failed_read(c);
+      if (!drained) continue;
+      return *drained;
+    }
+    if (got == 0) {
+      if (c.proof_have > 0)  // an idle connection that goes is not worth a line
+        report_in(c, "connection",
+                  "closed after " + std::to_string(c.proof_have) + " of " + std::to_string(kHandshakeBytes) +
+                      " membership proof bytes");
+      return false;
+    }
+    c.proof_have += static_cast<std::size_t>(got);
+  }
+  if (!options_.job_key->verify(c.challenge, c.proof)) {
+    report_in(c, "connection", "wrong membership proof: the peer does not hold this job's PSTWIN_JOB_TOKEN");
+    return false;
+  }
+  c.trusted = true;
+  --unproven_;
+  return true;
+}
+
 bool EpollTransport::finish_header(InConnection& c) {
   MessageHeader header;
   bool phantom = false;
   if (auto error = decode_header(c.header_bytes, header, phantom, options_.limits)) {
-    report(c.name(), error->field, error->detail + "; connection dropped");
+    report_in(c, error->field, error->detail);
     return false;
   }
+  c.trusted = true;  // without a job key, the first well-formed header makes a member
+  // The framing holds, so a member's message that may not be here is dropped alone, its connection
+  // kept: the frame is read and thrown away.
   const NodeId self = self_.load();
-  if (header.recipient != self && self != kNoNode) {
-    report(c.name(), "recipient",
-           "frame for node " + std::to_string(header.recipient) + " arrived at node " + std::to_string(self) +
-               " (misrouted); connection dropped");
-    return false;
-  }
-  if (c.sender != kNoNode && header.sender != c.sender) {
-    report(c.name(), "sender",
-           "node " + std::to_string(header.sender) + " on a connection opened by node " +
-               std::to_string(c.sender) + "; connection dropped");
-    return false;
-  }
-  if (c.sender == kNoNode) {
-    c.sender = header.sender;
+  c.discard = false;
+  // The scheduler answers a registrant through a connection id of its own (ps/ids.hpp), which may
+  // arrive after the node table gave the node its id.
+  if (header.recipient != self && self != kNoNode && header.recipient < kRegistrantIdBase) {
+    report_in(c, "recipient",
+              "frame for node " + std::to_string(header.recipient) + " arrived at node " +
+                  std::to_string(self) + " (misrouted)",
+              true);
+    c.discard = true;
+  } else if (c.sender != kNoNode && header.sender != c.sender) {
+    report_in(c, "sender",
+              "a message claiming node " + std::to_string(header.sender) + " on the connection of node " +
+                  std::to_string(c.sender),
+              true);
+    c.discard = true;
+  } else if (c.sender == kNoNode && header.sender != kNoNode) {
+    c.sender = header.sender;  // bound: every later message on it must name this node
     shape(c);
   }
   c.header = header;
@@ -641,7 +850,7 @@ bool EpollTransport::deliver(InConnection& c) {
   c.body.reset();
   c.in_body = false;
   c.body_have = 0;
-  if (callbacks_.on_message) callbacks_.on_message(std::move(message));
+  if (callbacks_.on_message && !std::exchange(c.discard, false)) callbacks_.on_message(std::move(message));
   return true;
 }
 
@@ -665,6 +874,11 @@ bool EpollTransport::consume(InConnection& c, std::span<const std::byte> bytes) 
 }
 
 bool EpollTransport::read_some(InConnection& c, bool hung_up) {
+  if (options_.job_key && !c.trusted) {
+    if (!read_proof(c)) return false;
+    if (!c.trusted) return true;  // more proof bytes to come
+  }
+  if (c.buffer.empty()) c.buffer.resize(kInBufferBytes);
   std::uint64_t budget = options_.read_budget;
   // A peer that hung up is read to the end whatever its tokens: epoll reports EPOLLHUP even while
   // the socket is paused, and only reading finds out how the frame in progress ended.
@@ -694,10 +908,9 @@ bool EpollTransport::read_some(InConnection& c, bool hung_up) {
     if (staging > 0) iov[count++] = {c.buffer.data(), staging};
     const ssize_t got = ::readv(c.fd.get(), iov.data(), static_cast<int>(count));
     if (got < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      report(c.name(), "connection", "receive failed: " + errno_text(errno));
-      return false;
+      const auto drained = after_failed_read(c);
+      if (!drained) continue;
+      return *drained;
     }
     if (got == 0) {
       if (c.mid_frame()) {
@@ -706,7 +919,7 @@ bool EpollTransport::read_some(InConnection& c, bool hung_up) {
                                                   " payload bytes of key " + std::to_string(c.header.key)
                                             : "after " + std::to_string(c.header_have) + " of " +
                                                   std::to_string(kHeaderBytes) + " header bytes";
-        report(c.name(), "connection", "peer closed the connection mid-frame, " + where);
+        report_in(c, "connection", "peer closed the connection mid-frame, " + where);
       }
       return false;
     }
@@ -781,7 +994,9 @@ void EpollTransport::receive_loop() {
   for (;;) {
     take_up_receive_shaping();
     resume_due();
-    const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, shaped_timeout(-1));
+    expire_unproven();
+    const int ready =
+        epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, unproven_timeout(shaped_timeout(-1)));
     if (ready < 0 && errno != EINTR) {
       report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
       return;
@@ -801,11 +1016,7 @@ void EpollTransport::on_readable(int fd, bool hung_up) {
   }
   const auto it = in_.find(fd);
   if (it == in_.end()) return;
-  if (!read_some(*it->second, hung_up)) {
-    epoll_ctl(receive_epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-    if (it->second->paused_until > 0) --paused_;
-    in_.erase(it);  // closes it
-  }
+  if (!read_some(*it->second, hung_up)) close_in(fd);
 }
 
 }  // namespace pstwin::realnet

@@ -32,15 +32,22 @@
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "realnet/buffer_pool.hpp"
+#include "realnet/job_auth.hpp"
 
 namespace pstwin::realnet {
 
 // What went wrong on which connection: `peer` names it ("connection from 127.0.0.1:40112 (node 9)",
 // "connection to node 3 at 127.0.0.1:5001"), `field` the header field at fault or "connection".
+// `refused`: nothing of a member's was lost, so the node goes on: the connection never proved
+// membership (it was closed), or one message of a member's was dropped (a forged sender, another
+// node's frame) and its connection kept. `who` then names whom to count it against: "node 9", or
+// the host ("127.0.0.1") of a connection that never proved membership.
 struct TransportError {
   std::string peer;
   std::string field;
   std::string detail;
+  bool refused = false;
+  std::string who;
   std::string to_string() const { return peer + ": " + field + ": " + detail; }
 };
 
@@ -88,6 +95,14 @@ class EpollTransport {
     // false: start no thread; the owner calls poll(), pump() and drain() from one thread of its own,
     // and the callbacks run on it.
     bool own_threads = true;
+    // The job's key (PSTWIN_JOB_TOKEN): an accepted connection must prove membership with it before
+    // any of its bytes is read as a frame, and every connection we open proves it (job_auth.hpp).
+    // nullopt: no handshake; a connection counts as a member from its first well-formed header.
+    std::optional<JobKey> job_key;
+    // Accepted connections still proving membership: past this many, new ones are closed at once;
+    // each has handshake_timeout_s to prove it.
+    std::size_t max_unproven = 256;
+    double handshake_timeout_s = 5;
   };
   struct Callbacks {
     std::function<void(Message)> on_message;              // on the receive thread
@@ -168,6 +183,21 @@ class EpollTransport {
   bool flush(OutConnection& connection);    // false: the connection failed (already reported)
   void fail_out(OutConnection& connection, const std::string& detail);
   void accept_all();
+  // Out of file descriptors: one pending connection is accepted on the spare descriptor and closed
+  // at once, so the listener does not stay readable and the node goes on.
+  // False if no connection could be taken off the queue (no spare descriptor).
+  bool refuse_for_lack_of_descriptors(int error);
+  void close_in(int fd);
+  void expire_unproven();  // closes connections past their handshake deadline
+  void evict_oldest_unproven();
+  int unproven_timeout(int timeout_ms) const;
+  bool read_proof(InConnection& connection);  // false: closed (refused)
+  // After a read failed: nullopt to try again (EINTR), true if the socket is drained, false once
+  // the failure is reported (the connection goes).
+  std::optional<bool> after_failed_read(const InConnection& connection);
+  void answer_challenge(OutConnection& connection);
+  void report_in(const InConnection& connection, const std::string& field, const std::string& detail,
+                 bool keep_connection = false);
   bool read_some(InConnection& connection, bool hung_up);  // false: closed (reported if mid-frame or bad)
   bool consume(InConnection& connection, std::span<const std::byte> bytes);
   bool finish_header(InConnection& connection);
@@ -193,6 +223,7 @@ class EpollTransport {
   FileDescriptor wake_fd_;  // eventfd for the send thread
   FileDescriptor send_epoll_;
   FileDescriptor receive_epoll_;
+  FileDescriptor spare_fd_;  // /dev/null, given up to accept (and close) a connection on EMFILE
   std::uint16_t port_ = 0;
 
   mutable std::mutex mutex_;  // guards pool_, out_ (the map), stopped_
@@ -205,6 +236,8 @@ class EpollTransport {
   std::atomic<bool> wake_pending_{false};
 
   std::map<int, std::unique_ptr<InConnection>> in_;  // receive thread only, by fd
+  std::size_t unproven_ = 0;                         // receive side: in_ still proving membership
+  double next_expiry_check_ = 0;                     // receive side
 
   mutable std::mutex shaping_mutex_;  // guards receive_shaper_
   fpt::ReceiveShaper receive_shaper_;

@@ -1,4 +1,5 @@
 #include "realnet/job_run.hpp"
+#include "realnet/job_auth.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -308,6 +309,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
     j["trace"].push_back(std::move(span));
   }
   j["trace_dropped"] = p.trace_dropped;
+  if (!p.refused.empty()) j["refused"] = p.refused;
   if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
   if (p.balancing) j["balancing"] = balancing_json(*p.balancing);
   if (p.validation) j["validation"] = validation_json(*p.validation);
@@ -353,6 +355,7 @@ NodePart part_from_json(const nlohmann::json& j) {
       }
     }
   p.trace_dropped = j.value("trace_dropped", std::uint64_t{0});
+  if (j.contains("refused")) p.refused = j.at("refused").get<std::map<std::string, std::uint64_t>>();
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
   if (j.contains("balancing")) p.balancing = balancing_from_json(j.at("balancing"));
   if (j.contains("validation")) p.validation = validation_from_json(j.at("validation"));
@@ -404,6 +407,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
       if (!report.staleness) report.staleness.emplace();
       add_staleness(*report.staleness, *part.staleness);
     }
+    if (!part.refused.empty()) report.refused[name] = part.refused;
     report.messages += part.messages;
     report.message_bytes += part.bytes_sent;
     report.trace_dropped += part.trace_dropped;
@@ -467,9 +471,13 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
   std::vector<std::string> base_env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry(*e);
-    if (entry.starts_with("DMLC_") || entry.starts_with("BYTEPS_") || entry.starts_with("PS_")) continue;
+    if (entry.starts_with("DMLC_") || entry.starts_with("BYTEPS_") || entry.starts_with("PS_") ||
+        entry.starts_with("PSTWIN_JOB_TOKEN="))
+      continue;
     base_env.push_back(entry);
   }
+  // A fresh secret per job: its nodes prove it on every connection, so nothing else joins the job.
+  base_env.push_back("PSTWIN_JOB_TOKEN=" + JobKey::random_token());
   // The port also names this job's shared-memory staging objects, so it is picked on this host even
   // when the nodes run in namespaces of their own.
   const int port = free_port();

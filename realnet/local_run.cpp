@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_tensors.hpp"
 #include "ps/resend.hpp"
+#include "realnet/job_auth.hpp"
 #include "realnet/locked_observer.hpp"
 #include "realnet/loop_runtime.hpp"
 #include "report/run_observers.hpp"
@@ -31,10 +32,18 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
 
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
+  const std::string job_token = options.job_token.value_or(JobKey::random_token());
+  const std::uint64_t max_payload_bytes = max_frame_payload(sc, roles.workload());
   auto add = [&](std::string label) -> LoopRuntime& {
     const int pid = static_cast<int>(nodes.size());
     nodes.push_back(make_node_runtime(options.van, host,
-                                      NodeRuntimeOptions{std::move(label), pid, sc.seed, "127.0.0.1:*", 0}));
+                                      NodeRuntimeOptions{.label = std::move(label),
+                                                         .pid = pid,
+                                                         .seed = sc.seed,
+                                                         .bind = "127.0.0.1:*",
+                                                         .linger_ms = 0,
+                                                         .job_token = job_token,
+                                                         .max_payload_bytes = max_payload_bytes}));
     nodes.back()->inject_faults(sc);
     return *nodes.back();
   };
@@ -97,6 +106,8 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
     counts.lost_workers = crashes.lost();
     report.faults = counts;
   }
+  for (const auto& node : nodes)
+    if (auto refused = node->refusals(); !refused.empty()) report.refused[node->label()] = std::move(refused);
   nodes.clear();  // joins every thread: nothing reports to the observers any more
 
   observers.finish_run(report);

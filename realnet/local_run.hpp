@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,9 @@ struct LocalRunOptions {
   // Wall-clock limit; 0: run.time_limit capped at 120 s (an in-process test job).
   double timeout_s = 0;
   Van van = Van::kZmq;  // the transport of every node
+  // The job token every node proves on every connection (realnet/job_auth.hpp): nullopt makes a
+  // random one, as `pstwin run` does; "" runs without one.
+  std::optional<std::string> job_token;
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});

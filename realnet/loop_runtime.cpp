@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/codec.hpp"
+#include "ps/workload.hpp"
 
 namespace pstwin::realnet {
 
@@ -40,6 +41,17 @@ void keep_freed_buffers_for_reuse() {
 }
 
 }  // namespace
+
+std::uint64_t max_frame_payload(const Scenario& scenario, const SyntheticWorkload& workload) {
+  std::uint64_t largest = 0;
+  for (const auto& partition : workload.partitions()) largest = std::max(largest, partition.bytes);
+  // Control bodies grow with the job: a node table entry per node (an address and a few numbers), a
+  // decision's entry per partition. Generous multiples; 1 MiB at least.
+  const auto nodes = static_cast<std::uint64_t>(scenario.roles.workers + scenario.roles.servers +
+                                                scenario.roles.validators + 1);
+  const std::uint64_t control = (std::uint64_t{1} << 20) + 1024 * nodes + 64 * workload.partitions().size();
+  return std::max(largest, control);
+}
 
 // ---------------------------------------------------------------- SharedStaging
 
@@ -438,6 +450,30 @@ void LoopRuntime::release_held(NodeId sender) {
     deliver(std::move(held.front()));
     held.pop_front();
   }
+}
+
+Refusals LoopRuntime::refusals() const {
+  std::lock_guard lock(refusals_mutex_);
+  return refusals_;
+}
+
+void LoopRuntime::refuse(const std::string& peer, const std::string& why) {
+  // Bounded: past this many peers, further ones share one entry.
+  constexpr std::size_t kMaxPeers = 256;
+  constexpr std::uint64_t kLoggedPerPeer = 10;
+  std::uint64_t count = 0;
+  {
+    std::lock_guard lock(refusals_mutex_);
+    auto it = refusals_.find(peer);
+    if (it == refusals_.end() && refusals_.size() >= kMaxPeers)
+      it = refusals_.try_emplace("other peers").first;
+    if (it == refusals_.end()) it = refusals_.emplace(peer, 0).first;
+    count = ++it->second;
+  }
+  bool power_of_ten = count >= kLoggedPerPeer;
+  for (std::uint64_t n = count; power_of_ten && n > 1; n /= 10) power_of_ten = n % 10 == 0;
+  if (count <= kLoggedPerPeer || power_of_ten)
+    log("refused (" + peer + ", " + std::to_string(count) + " so far): " + why);
 }
 
 void LoopRuntime::connect(NodeId id, std::string_view address) {

@@ -28,6 +28,10 @@
 #include "realnet/node_faults.hpp"
 #include "report/run_report.hpp"
 
+namespace pstwin {
+class SyntheticWorkload;
+}
+
 namespace pstwin::realnet {
 
 // Host-local staging shared by every node of this process (they are "on one host"): the same name
@@ -123,7 +127,22 @@ struct NodeRuntimeOptions {
   // PSTWIN_PACING=kernel: the epoll van leaves pacing to the kernel (SO_MAX_PACING_RATE) instead of
   // holding a paced connection a message at a time itself (EpollTransport::Options::Pacing).
   bool kernel_pacing = false;
+  // PSTWIN_JOB_TOKEN: every connection to this node proves with it that its process belongs to the
+  // job before anything it sends is read (realnet/job_auth.hpp); "": no proof asked or given.
+  std::string job_token;
+  // The largest payload a frame may announce (the scenario's largest message, max_frame_payload()):
+  // a header announcing more is refused before anything is allocated for it. 0: DecodeLimits' default.
+  std::uint64_t max_payload_bytes = 0;
 };
+
+// The largest payload a frame of this job carries: its largest partition (a push, a pull's answer, a
+// ZenoPS candidate), or what its control messages (node table, load-balancing decision, texts) can
+// need, whichever is larger. NodeRuntimeOptions::max_payload_bytes.
+std::uint64_t max_frame_payload(const Scenario& scenario, const SyntheticWorkload& workload);
+
+// What a node refused, per peer: "node 9" for a member's connection, "127.0.0.1" for connections
+// that never proved membership (one entry per host, so many connections cannot grow the table).
+using Refusals = std::map<std::string, std::uint64_t>;
 
 class LoopRuntime;
 
@@ -180,6 +199,11 @@ class LoopRuntime : public Runtime {
   const std::string& crash_reason() const { return crash_reason_; }  // after halt()
   // How many times longer an executor task starting now takes (faults.slow; 1: not slowed). Loop only.
   double slow_factor();
+  // Everything this node refused (malformed, forged, unauthenticated, over the limits), by peer.
+  Refusals refusals() const;
+  // Refuses one message or connection from `peer` (see Refusals): counted, and logged while the
+  // peer's count is small (then at each power of ten, so a flood cannot flood the log). Any thread.
+  void refuse(const std::string& peer, const std::string& why);
   void start();  // starts the event loop, which runs Node::start() first
   // Ends the event loop and joins it (idempotent); afterwards protocol state may be read here.
   void halt();
@@ -283,6 +307,9 @@ class LoopRuntime : public Runtime {
   bool failing_ = false;  // on_failing was called
   std::map<NodeId, std::string> peers_;
   std::map<std::string, RandomStream, std::less<>> randoms_;
+
+  mutable std::mutex refusals_mutex_;
+  Refusals refusals_;
 
   std::mutex executors_mutex_;
   std::map<std::string, std::unique_ptr<ThreadExecutor>, std::less<>> executors_;

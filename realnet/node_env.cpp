@@ -11,6 +11,7 @@
 extern char** environ;  // POSIX: the process environment
 
 #include "core/edit_distance.hpp"
+#include "realnet/job_auth.hpp"
 
 namespace pstwin::realnet {
 namespace {
@@ -92,7 +93,7 @@ const std::vector<std::string>& node_env_variables() {
       "DMLC_NUM_SERVER", "DMLC_WORKER_ID", "DMLC_NUM_VALIDATOR", "DMLC_WORKER_TYPE", "DMLC_VALIDATOR_ID",
       "DMLC_NODE_HOST", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC", "BYTEPS_SERVER_ENGINE_THREAD",
       "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL", "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE",
-      "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS"};
+      "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN"};
   return names;
 }
 
@@ -372,6 +373,15 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
           "of a namespace cluster does, for partitions that list hosts; pstwin run --netns "
           "--kernel-partitions)");
     out.kernel_partitions = *v == "kernel";
+  }
+  if (const auto* v = find(env, "PSTWIN_JOB_TOKEN"); v != nullptr && !v->empty()) {
+    // The value is a secret: the message names its length, never the text.
+    if (v->size() < kMinTokenBytes || v->size() > 1024)
+      throw NodeEnvError("PSTWIN_JOB_TOKEN has " + std::to_string(v->size()) + " characters: expected " +
+                         std::to_string(kMinTokenBytes) +
+                         " to 1024, the same on every node of the job, e.g. the output of `openssl rand "
+                         "-hex 32` (`pstwin run` makes one per job)");
+    out.job_token = *v;
   }
   return out;
 }

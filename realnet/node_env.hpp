@@ -54,6 +54,9 @@ struct NodeEnv {
   // PSTWIN_PARTITIONS=kernel: partitions of hosts are made by the switch (`pstwin run --netns
   // --kernel-partitions`), not by this node; "van" (default): by the node.
   bool kernel_partitions = false;
+  // PSTWIN_JOB_TOKEN: the job's secret; every connection between its nodes proves it
+  // (realnet/job_auth.hpp). "": the node runs unauthenticated (and says so).
+  std::string job_token;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.

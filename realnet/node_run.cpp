@@ -248,6 +248,16 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
       std::cerr << line + "\n";
   };
   const std::string label = label_of(env);
+  if (env.job_token.empty()) {
+    if (sc.ps.require_token)
+      throw NodeEnvError(
+          "PSTWIN_JOB_TOKEN is not set and the scenario asks for it (ps.require_token = true): set it to "
+          "the job's secret, the same on every node (e.g. the output of `openssl rand -hex 32`), or set "
+          "ps.require_token = false to run unauthenticated");
+    log("[pstwin] " + label +
+        ": PSTWIN_JOB_TOKEN is not set: this node runs unauthenticated (any process that reaches its "
+        "port can join the job; docs/SECURITY.md)");
+  }
   const zeno::JobRoles roles(sc, cuda::device_factory());
   const SyntheticWorkload& workload = roles.workload();
   InvariantChecker checker(sc, workload);
@@ -300,7 +310,9 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .bind = env.bind_address(),
                                                       .linger_ms = 1000,
                                                       .nic_rate_Bps = nic_rate_Bps,
-                                                      .kernel_pacing = env.kernel_pacing});
+                                                      .kernel_pacing = env.kernel_pacing,
+                                                      .job_token = env.job_token,
+                                                      .max_payload_bytes = max_frame_payload(sc, workload)});
   LoopRuntime& rt = *runtime;
   self_runtime = &rt;
   rt.inject_faults(sc, env.job_start_s, env.kernel_partitions);
@@ -361,6 +373,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     add_resend_counts(received.inner(), *faults);
     faults->lost_workers = crashes.lost();
   }
+  const Refusals refused = rt.refusals();
   runtime.reset();  // joins every thread (and flushes the last replies) before the checks are read
   RunReport sent;   // LocalHost counts what this node transmitted
   host.fill(sent);
@@ -431,6 +444,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.nodes = std::move(stats.nodes);
   part.bytes_sent = sent.message_bytes;
   part.bytes_received = bytes_received;
+  part.refused = refused;
   part.messages = sent.messages;
   part.epoch_s = host.epoch_s();
   part.trace = std::move(sent.trace);

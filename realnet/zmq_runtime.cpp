@@ -22,15 +22,29 @@
 #include "core/codec.hpp"
 #include "core/send_order.hpp"
 #include "fpt/message_pacer.hpp"
+#include "ps/ids.hpp"
+#include "realnet/job_auth.hpp"
 
 namespace pstwin::realnet {
 
 namespace {
 
-std::string printable(std::string_view bytes) {
-  std::string out;
-  for (const char c : bytes) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  return out;
+// Membership handshakes (with a job token): at most this many connections may be proving it at
+// once, each for at most this long; the rest are refused.
+constexpr std::size_t kMaxUnproven = 256;
+constexpr double kHandshakeTimeoutS = 5;
+
+std::span<const std::byte> bytes_of(const zmq::message_t& frame) {
+  return {frame.data<std::byte>(), frame.size()};
+}
+
+// The host a frame came from ("127.0.0.1"), as ZeroMQ reports the connection's peer.
+std::string peer_host(zmq::message_t& frame) {
+  try {
+    return frame.gets("Peer-Address");
+  } catch (const zmq::error_t&) {
+    return "unknown host";
+  }
 }
 
 // Owns an eventfd: the wakeup other threads use to hand work to the I/O thread.
@@ -104,6 +118,9 @@ class ZmqNodeRuntime::Sockets {
           "its connections are not paced (unset PSTWIN_PACING for the van's own pacing)");
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
+    if (owner.options_.max_payload_bytes > 0) limits_.max_payload_bytes = owner.options_.max_payload_bytes;
+    if (!owner.options_.job_token.empty()) key_.emplace(owner.options_.job_token);
+    // ZeroMQ refuses a larger frame as it reads its length and drops that connection.
     router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
     try {
       router_.bind("tcp://" + owner_.options_.bind);
@@ -122,15 +139,22 @@ class ZmqNodeRuntime::Sockets {
   const std::string& address() const { return address_; }
   const EventFd& wake() const { return wake_; }
 
+  // The receiver's ROUTER names each connection itself (a fresh routing id per connection, never
+  // reused), so what a connection proved stays with that connection.
   void connect(NodeId id, const std::string& address) {
     auto it = dealers_.find(address);
     if (it == dealers_.end()) {
-      zmq::socket_t dealer(context_, zmq::socket_type::dealer);
-      // The receiver's ROUTER names this connection by our address.
-      dealer.set(zmq::sockopt::routing_id, address_);
-      dealer.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
-      dealer.set(zmq::sockopt::sndhwm, 0);
-      dealer.connect("tcp://" + address);
+      Dealer dealer{zmq::socket_t(context_, zmq::socket_type::dealer), !key_.has_value(), -1};
+      dealer.socket.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
+      dealer.socket.set(zmq::sockopt::sndhwm, 0);
+      dealer.socket.connect("tcp://" + address);
+      if (key_) {
+        // Asks for a challenge; our messages wait in outgoing_ until the proof has left.
+        const auto hello = hello_bytes();
+        dealer.socket.send(zmq::message_t(hello.data(), hello.size()), zmq::send_flags::none);
+        dealer.fd = dealer.socket.get(zmq::sockopt::fd);
+        ++unproven_dealers_;
+      }
       it = dealers_.emplace(address, std::move(dealer)).first;
     }
     routes_[id] = &it->second;
@@ -157,13 +181,14 @@ class ZmqNodeRuntime::Sockets {
         queue.clear();
         continue;
       }
+      if (!route->second->proven) continue;  // held until the peer's challenge is answered
       for (auto it = queue.begin(); it != queue.end();) {
         const bool data = !it->second.payload.is_phantom() && !it->second.payload.empty();
         if (data && pacer_.active() && pacer_.held(to, now)) {
           ++it;
           continue;
         }
-        const std::uint64_t wire_bytes = transmit(*route->second, std::move(it->second));
+        const std::uint64_t wire_bytes = transmit(route->second->socket, std::move(it->second));
         if (data && pacer_.active()) pacer_.sent(to, wire_bytes, now);
         it = queue.erase(it);
       }
@@ -176,6 +201,8 @@ class ZmqNodeRuntime::Sockets {
 
   // Hands every complete message waiting on the ROUTER to the protocol, until the node halts.
   void receive_all() {
+    if (unproven_dealers_ > 0) answer_challenges();
+    if (key_) expire_unproven();
     if (!router_ready_) return;  // nothing new since the last failed recv
     router_ready_ = false;
     while (!owner_.halting()) {
@@ -196,8 +223,15 @@ class ZmqNodeRuntime::Sockets {
   // A held peer's release cuts the wait short, to the microsecond (ppoll): a millisecond's rounding
   // would hold a 4 KB message at a 25 Mb/s share (1.3 ms) for 2 ms.
   void wait(long timeout_ms) {
-    std::array<pollfd, 2> fds{pollfd{router_fd_, POLLIN, 0}, pollfd{wake_.fd(), POLLIN, 0}};
+    std::vector<pollfd> fds{pollfd{router_fd_, POLLIN, 0}, pollfd{wake_.fd(), POLLIN, 0}};
+    // DEALERs waiting for their challenge (answer_challenges() ended each visit with a failed recv);
+    // they and the handshake deadlines are looked at again at least every kHandshakeCheckS.
+    constexpr double kHandshakeCheckS = 0.1;
+    for (const auto& [address, dealer] : dealers_)
+      if (!dealer.proven) fds.push_back(pollfd{dealer.fd, POLLIN, 0});
     double wait_s = timeout_ms < 0 ? -1 : static_cast<double>(std::min<long>(timeout_ms, 1 << 30)) / 1e3;
+    if (unproven_dealers_ > 0 || !unproven_.empty())
+      wait_s = wait_s < 0 ? kHandshakeCheckS : std::min(wait_s, kHandshakeCheckS);
     if (pacer_.active()) {
       const double now = owner_.now();
       if (const auto release = pacer_.next_release(now))
@@ -240,11 +274,21 @@ class ZmqNodeRuntime::Sockets {
   // Validates one multipart message [routing id, header, payload?] and delivers it, or rejects it
   // with a log line naming the field at fault. Never trusts a length before checking it.
   void handle(std::vector<zmq::message_t>& parts, Seconds start) {
-    const std::string from = parts.empty() ? "?" : printable(parts[0].to_string_view());
+    if (parts.empty()) return;
+    const std::string routing_id = parts[0].to_string();
+    const auto member = members_.find(routing_id);
+    // Counted against the node a member's connection is bound to, else against the peer's host.
+    const std::string from = member != members_.end() && member->second != kNoNode
+                                 ? "node " + std::to_string(member->second)
+                                 : peer_host(parts.back());
     auto reject = [&](std::string_view field, const std::string& detail) {
       ++owner_.rejected_;
-      owner_.log("rejected a frame from " + from + ": " + std::string(field) + ": " + detail);
+      owner_.refuse(from, "rejected a frame: " + std::string(field) + ": " + detail);
     };
+    if (key_ && member == members_.end()) {
+      prove_membership(routing_id, parts, from);
+      return;
+    }
     if (parts.size() < 2 || parts.size() > 3) {
       reject("frames", "expected a header and at most one payload frame, got " +
                            std::to_string(parts.size() - (parts.empty() ? 0 : 1)) + " frames");
@@ -285,18 +329,126 @@ class ZmqNodeRuntime::Sockets {
         if (copied != 0) owner_.received_bytes_copied_ += copied;
       }
     }
+    // Bound to the first node it names; another node's message on it is forged. A frame for
+    // another node is refused too (ZeroMQ has no misrouting of its own).
+    NodeId& bound = member != members_.end() ? member->second : members_[routing_id];
+    const NodeId self = owner_.self();
+    if (bound != kNoNode && message.header.sender != bound)
+      return reject("sender", "a message claiming node " + std::to_string(message.header.sender) +
+                                  " on the connection of node " + std::to_string(bound));
+    // The scheduler answers a registrant through a connection id of its own (ps/ids.hpp), which may
+    // arrive after the node table gave the node its id.
+    if (self != kNoNode && message.header.recipient != self && message.header.recipient < kRegistrantIdBase)
+      return reject("recipient", "frame for node " + std::to_string(message.header.recipient) +
+                                     " arrived at node " + std::to_string(self) + " (misrouted)");
+    if (bound == kNoNode) bound = message.header.sender;
     if (owner_.host_.tracing())
       owner_.trace_lane("recv<-" + std::to_string(message.header.sender), "receive",
                         span_name(message.header), start, owner_.now(), trace_message(message));
     owner_.deliver(std::move(message));
   }
 
+  // A connection that has not proven membership: its first message must ask for a challenge, its
+  // second answer it; anything else, or a wrong answer, is refused (ZeroMQ's ROUTER cannot close one
+  // connection: whatever else it sends is refused the same way).
+  void prove_membership(const std::string& routing_id, std::vector<zmq::message_t>& parts,
+                        const std::string& from) {
+    const auto pending = unproven_.find(routing_id);
+    const bool one_frame = parts.size() == 2;
+    if (pending == unproven_.end()) {
+      if (!one_frame || !is_hello(bytes_of(parts[1]))) {
+        ++owner_.rejected_;
+        owner_.refuse(from,
+                      "a message on a connection that has not proven membership (its sender has no "
+                      "PSTWIN_JOB_TOKEN, or another job's)");
+        return;
+      }
+      // Past the cap the oldest goes, not the newest: a member proves within a round trip, so a
+      // flood of unanswered hellos cannot keep it out.
+      if (unproven_.size() >= kMaxUnproven) {
+        const auto oldest = std::ranges::min_element(
+            unproven_, [](const auto& a, const auto& b) { return a.second.deadline < b.second.deadline; });
+        ++owner_.rejected_;
+        owner_.refuse(oldest->second.host, "the oldest of " + std::to_string(unproven_.size()) +
+                                               " connections proving membership (at most " +
+                                               std::to_string(kMaxUnproven) + " at once) while another came");
+        unproven_.erase(oldest);
+      }
+      const auto challenge = JobKey::challenge();
+      router_.send(zmq::message_t(routing_id.data(), routing_id.size()), zmq::send_flags::sndmore);
+      router_.send(zmq::message_t(challenge.data(), challenge.size()), zmq::send_flags::dontwait);
+      unproven_.emplace(routing_id, Unproven{challenge, owner_.now() + kHandshakeTimeoutS, from});
+      return;
+    }
+    const bool proven = one_frame && key_->verify(pending->second.challenge, bytes_of(parts[1]));
+    unproven_.erase(pending);
+    if (!proven) {
+      ++owner_.rejected_;
+      owner_.refuse(from, "wrong membership proof: the peer does not hold this job's PSTWIN_JOB_TOKEN");
+      return;
+    }
+    members_.emplace(routing_id, kNoNode);
+  }
+
+  void expire_unproven() {
+    if (unproven_.empty()) return;
+    const Seconds now = owner_.now();
+    for (auto it = unproven_.begin(); it != unproven_.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      ++owner_.rejected_;
+      owner_.refuse(it->second.host, "did not prove membership within " +
+                                         std::to_string(static_cast<int>(kHandshakeTimeoutS)) + " s");
+      it = unproven_.erase(it);
+    }
+  }
+
+  // Our DEALERs waiting for their peer's challenge: each answers it, then its messages may go.
+  void answer_challenges() {
+    for (auto& [address, dealer] : dealers_) {
+      if (dealer.proven) continue;
+      zmq::message_t frame;
+      while (!dealer.proven && dealer.socket.recv(frame, zmq::recv_flags::dontwait)) {
+        const auto proof = key_->prove(bytes_of(frame));
+        if (!proof) {
+          owner_.fail("node at " + address +
+                      " answered with something other than a membership challenge: is it a pstwin node "
+                      "of this job with PSTWIN_JOB_TOKEN set (every node of a job needs it, or none)?");
+          return;
+        }
+        dealer.socket.send(zmq::message_t(proof->data(), proof->size()), zmq::send_flags::none);
+        dealer.proven = true;
+        --unproven_dealers_;
+      }
+    }
+  }
+
+  struct Dealer {
+    zmq::socket_t socket;
+    bool proven = true;  // with a job key: false until the peer's challenge is answered
+    int fd = -1;         // ZMQ_FD, polled while not proven
+  };
+  // A connection to our ROUTER that was sent a challenge and has not answered it yet.
+  struct Unproven {
+    HandshakeBytes challenge;
+    Seconds deadline = 0;
+    std::string host;
+  };
+
   ZmqNodeRuntime& owner_;
-  const DecodeLimits limits_{};
+  DecodeLimits limits_{};
+  std::optional<JobKey> key_;  // PSTWIN_JOB_TOKEN's
   zmq::context_t context_{1};  // first: destroyed last, after every socket
   zmq::socket_t router_{context_, zmq::socket_type::router};
-  std::map<std::string, zmq::socket_t> dealers_;  // one per peer address
-  std::map<NodeId, zmq::socket_t*> routes_;
+  std::map<std::string, Dealer> dealers_;  // one per peer address
+  std::map<NodeId, Dealer*> routes_;
+  std::size_t unproven_dealers_ = 0;
+  // Connections to our ROUTER by routing id: members (bound to the first node they name; kNoNode until
+  // then) and, with a job key, those proving membership.
+  std::map<std::string, NodeId> members_;
+  std::map<std::string, Unproven> unproven_;
   std::map<NodeId, std::map<SendOrderKey, Message>> outgoing_;
   fpt::MessagePacer pacer_;
   EventFd wake_;
@@ -343,6 +495,31 @@ void ZmqNodeRuntime::set_send_weights(std::uint64_t version, std::span<const Pee
 
 void ZmqNodeRuntime::wake() {
   sockets_->wake().signal();
+}
+
+struct RawDealer::Sockets {
+  zmq::context_t context{1};
+  zmq::socket_t dealer{context, zmq::socket_type::dealer};
+};
+
+RawDealer::RawDealer(std::string_view address) : sockets_(std::make_unique<Sockets>()) {
+  sockets_->dealer.set(zmq::sockopt::linger, 2000);
+  sockets_->dealer.connect("tcp://" + std::string(address));
+}
+
+RawDealer::~RawDealer() = default;
+
+void RawDealer::send(const std::vector<std::string>& frames) {
+  for (std::size_t i = 0; i < frames.size(); ++i)
+    sockets_->dealer.send(zmq::buffer(frames[i]),
+                          i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+std::optional<std::string> RawDealer::receive(int timeout_ms) {
+  sockets_->dealer.set(zmq::sockopt::rcvtimeo, timeout_ms);
+  std::vector<zmq::message_t> parts;
+  if (!zmq::recv_multipart(sockets_->dealer, std::back_inserter(parts)) || parts.empty()) return std::nullopt;
+  return parts[0].to_string();
 }
 
 void send_raw(std::string_view address, const std::vector<std::string>& frames, int linger_ms) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,23 @@ class ZmqNodeRuntime final : public LoopRuntime {
 
   std::atomic<std::uint64_t> rejected_ = 0;
   std::atomic<std::uint64_t> received_bytes_copied_ = 0;
+  std::unique_ptr<Sockets> sockets_;
+};
+
+// A bare ZeroMQ DEALER connected to one node's ROUTER, for tests and fuzzing tools: sends multipart
+// messages of raw frames and receives single frames (a membership challenge) back.
+class RawDealer {
+ public:
+  explicit RawDealer(std::string_view address);
+  ~RawDealer();
+  RawDealer(const RawDealer&) = delete;
+  RawDealer& operator=(const RawDealer&) = delete;
+  void send(const std::vector<std::string>& frames);
+  // The first frame of the next message, or nullopt after `timeout_ms`.
+  std::optional<std::string> receive(int timeout_ms);
+
+ private:
+  struct Sockets;
   std::unique_ptr<Sockets> sockets_;
 };
 

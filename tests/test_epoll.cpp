@@ -5,13 +5,17 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -242,6 +246,102 @@ TEST(EpollTransport, MalformedFramesAreRejectedAndTheConnectionDropped) {
   EXPECT_EQ(errors[2].field, "recipient");
   ::close(misrouted);
   EXPECT_TRUE(in.wait_messages(0).empty());
+}
+
+// With a job key, a peer's frames are read only after it answered the challenge with the same key:
+// members' frames arrive; another job's node and a node without the key are refused and closed,
+// counted against their host, and nothing of theirs is delivered.
+TEST(EpollTransport, ConnectionsProveTheJobKeyBeforeTheirFramesAreRead) {
+  EpollTransport::Options ours;
+  ours.job_key.emplace("the token of this job, long enough");
+  EpollTransport::Options theirs;
+  theirs.job_key.emplace("another job's token, long enough");
+  Inbox a_in, b_in, c_in, d_in;
+  EpollTransport b(3, ours, b_in.callbacks());
+  EpollTransport a(2, ours, a_in.callbacks());
+  EpollTransport c(4, theirs, c_in.callbacks());
+  EpollTransport d(5, {}, d_in.callbacks());
+  ASSERT_FALSE(a.connect(3, "127.0.0.1", b.port()).has_value());
+  ASSERT_FALSE(c.connect(3, "127.0.0.1", b.port()).has_value());
+  ASSERT_FALSE(d.connect(3, "127.0.0.1", b.port()).has_value());
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    ASSERT_FALSE(a.send(3, make(k, 100000)).has_value());
+    static_cast<void>(c.send(3, make(100 + k, 1000)));
+    static_cast<void>(d.send(3, make(200 + k, 1000)));
+  }
+  const auto got = b_in.wait_messages(5);
+  const auto errors = b_in.wait_errors(2);
+  ASSERT_EQ(errors.size(), 2u);
+  for (const auto& e : errors) {
+    EXPECT_TRUE(e.refused) << e.to_string();
+    EXPECT_EQ(e.who, "127.0.0.1") << e.to_string();
+    EXPECT_NE(e.detail.find("wrong membership proof"), std::string::npos) << e.to_string();
+  }
+  ASSERT_EQ(got.size(), 5u);
+  for (const auto& m : got) {
+    EXPECT_EQ(m.header.sender, 2);
+    EXPECT_TRUE(pattern_ok(m));
+  }
+}
+
+std::size_t open_descriptors() {
+  return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                                std::filesystem::directory_iterator()));
+}
+
+// Out of file descriptors, a listener refuses new connections (accepts each on a spare descriptor
+// and closes it) and goes on: once descriptors are free again, a new connection's frames arrive.
+TEST(EpollTransport, OutOfDescriptorsRefusesNewConnectionsAndGoesOn) {
+  Inbox in;
+  EpollTransport b(3, {}, in.callbacks());
+  rlimit normal{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &normal), 0);
+  int ready[2];
+  int done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  // The clients are another process: their descriptors do not count against this one's limit.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(b.port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char go = 0;
+    if (::read(ready[0], &go, 1) != 1) ::_exit(1);
+    for (int i = 0; i < 20; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0) ::_exit(1);
+    }
+    ::read(done[0], &go, 1);  // holds them until told
+    ::_exit(0);
+  }
+  rlimit low = normal;
+  low.rlim_cur = open_descriptors() + 3;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ASSERT_EQ(::write(ready[1], "g", 1), 1);
+  const auto errors = in.wait_errors(1);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &normal), 0);
+  ASSERT_EQ(::write(done[1], "d", 1), 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (const int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_TRUE(errors[0].refused) << errors[0].to_string();
+  EXPECT_NE(errors[0].detail.find("out of file descriptors"), std::string::npos) << errors[0].to_string();
+
+  Message m = make(9, 5000);
+  m.header.sender = 2;
+  m.header.recipient = 3;
+  const std::string frame = encode_frame(m);
+  const int fd = raw_connect(b.port());
+  ASSERT_EQ(::write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  const auto got = in.wait_messages(1);
+  ::close(fd);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(pattern_ok(got[0]));
 }
 
 // The receiver checksums a payload piece by piece as the reads bring it in: with a 4 KiB read

@@ -98,7 +98,8 @@ Env job_env(const std::string& role, int port) {
           {"DMLC_PS_ROOT_URI", "127.0.0.1"},
           {"DMLC_PS_ROOT_PORT", std::to_string(port)},
           {"PS_VERBOSE", "0"},
-          {"BYTEPS_FORCE_DISTRIBUTED", "1"}};
+          {"BYTEPS_FORCE_DISTRIBUTED", "1"},
+          {"PSTWIN_JOB_TOKEN", "the secret of the node tests' jobs"}};
 }
 
 Env worker_env(int rank, int port) {
@@ -193,6 +194,39 @@ TEST(Node, ScenarioAsFileOrOptionAndQuietSuccessPrintsNothing) {
   NodeProcess both("both", worker_env(0, port), {file, "--scenario", file});
   EXPECT_EQ(both.wait_until(Clock::now() + std::chrono::seconds(5)), 2) << both.output();
   EXPECT_NE(both.output().find("--scenario"), std::string::npos) << both.output();
+}
+
+// Without PSTWIN_JOB_TOKEN a node says it runs unauthenticated; a scenario with ps.require_token
+// makes that a bad configuration (exit 2 naming the variable and the field), and a token too short
+// to be a secret is refused without being printed.
+TEST(Node, WithoutATokenANodeSaysSoAndRequireTokenRefusesToStart) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  Env env = worker_env(0, port);
+  env.erase("PSTWIN_JOB_TOKEN");
+  env["DMLC_NUM_WORKER"] = "1";
+  NodeProcess required("required", env,
+                       {"--scenario", "scenarios/quickstart.toml", "--set", "ps.require_token=true"});
+  EXPECT_EQ(required.wait_until(Clock::now() + std::chrono::seconds(10)), 2) << required.output();
+  EXPECT_NE(required.output().find("PSTWIN_JOB_TOKEN is not set"), std::string::npos) << required.output();
+  EXPECT_NE(required.output().find("ps.require_token"), std::string::npos) << required.output();
+
+  env["PSTWIN_JOB_TOKEN"] = "short-secret";
+  NodeProcess short_token("short", env, kQuickstart);
+  EXPECT_EQ(short_token.wait_until(Clock::now() + std::chrono::seconds(10)), 2) << short_token.output();
+  EXPECT_NE(short_token.output().find("PSTWIN_JOB_TOKEN has 12 characters"), std::string::npos)
+      << short_token.output();
+  EXPECT_EQ(short_token.output().find("short-secret"), std::string::npos) << short_token.output();
+
+  env.erase("PSTWIN_JOB_TOKEN");
+  std::vector<std::string> args = kQuickstart;
+  args.insert(args.end(), {"--set", "ps.connect_timeout=0.3"});
+  NodeProcess open("open", env, args);  // no scheduler: it gives up after the connect timeout
+  EXPECT_EQ(open.wait_until(Clock::now() + std::chrono::seconds(20)), 1) << open.output();
+  EXPECT_NE(open.output().find("PSTWIN_JOB_TOKEN is not set: this node runs unauthenticated"),
+            std::string::npos)
+      << open.output();
 }
 
 // A node on its own keeps to run.time_limit (wall clock), not sim.max_time (simulated time).

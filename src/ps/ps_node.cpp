@@ -76,8 +76,9 @@ void PsNode::on_message(Message message) {
     case Command::kShutdown:
     case Command::kFatal:
     case Command::kWorkerLost:
-      // The control plane is the scheduler's: these start, hold, end or fail the job, so a message
-      // from anyone else (a misdirected or forged frame) must not.
+    case Command::kLbDecision:
+      // The control plane is the scheduler's: these start, hold, end, shape or fail the job, so a
+      // message from anyone else (a misdirected or forged frame) must not.
       if (!from_scheduler) {
         rt_.log("ignoring " + std::string(command_name(h.command)) + " from node " +
                 std::to_string(h.sender) + ": only the scheduler (node 1) sends it");

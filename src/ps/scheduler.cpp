@@ -69,11 +69,17 @@ void Scheduler::on_message(Message message) {
       return;
     case Command::kWorkerDone:
       if (lost_workers_.contains(h.sender)) return;
+      if (role_of(h.sender) != Role::kWorker ||
+          !std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; })) {
+        rt_.log("scheduler: ignoring worker_done from node " + std::to_string(h.sender) +
+                ", which is not a worker of the node table");
+        return;
+      }
       workers_done_.insert(h.sender);
       maybe_shut_down();
       return;
     case Command::kShutdown:
-      if (h.is_response) {
+      if (h.is_response && std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; })) {
         shutdown_acks_.insert(h.sender);
         if (shutdown_acks_.size() + lost_workers_.size() == table_.size()) rt_.stop();
       }

@@ -119,6 +119,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
   if (r.validation) j["validation"] = validation_json(*r.validation);
   if (r.late_pushes) j["late_pushes"] = *r.late_pushes;
+  if (!r.refused.empty()) j["refused"] = r.refused;
   if (r.staleness) j["staleness"] = staleness_json(*r.staleness);
   if (r.bound)
     j["bound"] = {
@@ -305,6 +306,8 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
   if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
   if (j.contains("late_pushes")) r.late_pushes = j["late_pushes"].get<std::uint64_t>();
+  if (j.contains("refused"))
+    r.refused = j["refused"].get<std::map<std::string, std::map<std::string, std::uint64_t>>>();
   if (j.contains("staleness")) r.staleness = staleness_from_json(j["staleness"]);
   if (j.contains("faults")) r.faults = faults_from_json(j["faults"]);
   for (const auto& n : j.at("nodes")) r.nodes.push_back(node_info_from_json(n));
@@ -718,6 +721,13 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
     out << "  validators: " << r.validation->accepted << " of " << r.validation->judged
         << " updates accepted\n";
   if (r.late_pushes) out << "  backup workers: " << *r.late_pushes << " late pushes dropped\n";
+  if (!r.refused.empty()) {
+    std::uint64_t total = 0;
+    for (const auto& [node, peers] : r.refused)
+      for (const auto& [peer, count] : peers) total += count;
+    out << "  refused: " << total << " messages or connections (malformed, forged, unauthenticated; "
+        << "by node and peer in results.json `refused`)\n";
+  }
   if (const auto& f = r.faults) {
     out << "  faults injected: loss " << f->lost << ", duplicate " << f->duplicated << ", partition "
         << f->partitioned << ", clog " << f->clogged << " (held " << f->clog_hold_s << " s), slow "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -196,6 +197,9 @@ struct RunReport {
   std::optional<BalancingReport> balancing;
   std::optional<FaultCounts> faults;       // scenarios with [faults] or ps.resend (sim)
   std::optional<TimeBreakdown> breakdown;  // sim
+  // Real runs: what each node refused (malformed, forged, unauthenticated, over the limits), by node,
+  // then by peer ("node 9", or the host of connections that never proved membership). Empty: nothing.
+  std::map<std::string, std::map<std::string, std::uint64_t>> refused;
   std::vector<NodeInfo> nodes;
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
   std::uint64_t messages = 0;

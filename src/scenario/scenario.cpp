@@ -975,6 +975,11 @@ std::vector<Field> make_registry() {
       "naming it; \"continue\" goes on with the survivors: open and later rounds complete with their "
       "pushes (the mean over them), what the lost worker pushed before counts once. A lost server or "
       "scheduler always fails the job."));
+  f.push_back(make_field(
+      "ps.require_token", PSTWIN_MEMBER(ps.require_token), BoolCodec{},
+      "Real runs: `pstwin node` refuses to start without PSTWIN_JOB_TOKEN, the job's secret with which "
+      "every connection proves it belongs to the job (docs/SECURITY.md); false: a node without one runs "
+      "unauthenticated and says so. `pstwin run` always makes one per job."));
   // Load balancing (FPT's LBScheduler): ps.balancing and [lb]
   f.push_back(make_field("ps.balancing", PSTWIN_MEMBER(lb.balancing), EnumCodec<Balancing>{kBalancingNames},
                          "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "

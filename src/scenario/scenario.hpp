@@ -81,6 +81,7 @@ struct PsConfig {
   bool continues_on_worker_loss() const { return on_worker_loss == "continue"; }
   int max_staleness = 0;   // async: refuse a push more than this many key versions behind; 0 = unbounded
   int backup_workers = 0;  // sync: a round completes with the first workers - b pushes; late ones are dropped
+  bool require_token = false;  // `pstwin node` refuses to start without PSTWIN_JOB_TOKEN
 };
 
 struct WorkloadConfig {
