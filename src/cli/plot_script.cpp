@@ -50,7 +50,8 @@ std::string plot_outcome_text(PlotOutcome outcome) {
     case PlotOutcome::kDrawn:
       return "plots drawn";
     case PlotOutcome::kNoScript:
-      return data_file("tools/pstwin_plot.py") + " is missing (the binary's installation or source tree moved)";
+      return data_file("tools/pstwin_plot.py") +
+             " is missing (the binary's installation or source tree moved)";
     case PlotOutcome::kNoPython:
       return "python3 is not installed (Debian: apt-get install python3-matplotlib)";
     case PlotOutcome::kNoMatplotlib:

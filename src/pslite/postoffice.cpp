@@ -91,10 +91,12 @@ struct Postoffice::Node final : pslite::AppEvents {
                                                          : "worker";
     host = std::make_unique<realnet::LocalHost>(realnet::LocalHost::Options{});
     try {
-      runtime = realnet::make_node_runtime(
-          e.van, *host,
-          realnet::NodeRuntimeOptions{
-              .label = label, .seed = scenario->seed, .bind = e.bind_address(), .linger_ms = 1000});
+      runtime = realnet::make_node_runtime(e.van, *host,
+                                           realnet::NodeRuntimeOptions{.label = label,
+                                                                       .seed = scenario->seed,
+                                                                       .bind = e.bind_address(),
+                                                                       .linger_ms = 1000,
+                                                                       .job_token = e.job_token});
     } catch (const std::exception& error) {
       exit_with(2, error.what());
     }
