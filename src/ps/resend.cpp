@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "ps/control.hpp"
+#include "ps/ids.hpp"
 
 namespace pstwin {
 
@@ -52,7 +53,8 @@ void Resender::timed_out(std::uint64_t sequence) {
     maybe_stop();
     return;
   }
-  if (!stop_requested_ && now() - entry.first_sent >= options_.give_up_after) {
+  const bool scheduler_decides = options_.workers_may_be_lost && role_of(h.recipient) == Role::kWorker;
+  if (!stop_requested_ && !scheduler_decides && now() - entry.first_sent >= options_.give_up_after) {
     std::ostringstream out;
     out << options_.label << ": no acknowledgement from node " << h.recipient << " for "
         << command_name(h.command) << (h.is_response ? " response" : "") << " (sequence " << h.sequence;
@@ -160,7 +162,7 @@ std::unique_ptr<Node> with_resend(Runtime& rt, const Scenario& scenario, std::st
   auto resender = std::make_unique<Resender>(
       rt, Resender::Options{scenario.ps.resend_timeout_s,
                             scenario.ps.heartbeat_timeout_s + 2 * scenario.ps.heartbeat_interval_s,
-                            std::move(label)});
+                            std::move(label), scenario.ps.continues_on_worker_loss()});
   resender->wrap(make(*resender));
   return resender;
 }

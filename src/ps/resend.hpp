@@ -37,6 +37,10 @@ class Resender final : public Runtime, public Node {
     Seconds timeout = 1;         // ps.resend_timeout
     Seconds give_up_after = 12;  // ps.heartbeat_timeout + 2 x ps.heartbeat_interval
     std::string label;           // "worker 1", for failure texts
+    // ps.on_worker_loss = "continue": a worker that stays silent is the scheduler's to declare lost
+    // (then its messages are forgotten), never this layer's, however long its notice takes to come
+    // through message loss.
+    bool workers_may_be_lost = false;
   };
   // How many distinct messages per sender the receiver remembers. A message older than all of them is
   // taken as a copy: resends come within give_up_after, far fewer messages than this later.
