@@ -46,6 +46,8 @@ struct Customer::State {
 
 Customer::Customer(int app_id, int customer_id, const RecvHandle& recv_handle)
     : app_id_(app_id), customer_id_(customer_id), state_(std::make_unique<State>(recv_handle)) {
+  // ps-lite's contract, not protocol code: a Customer runs the application's request handle on a
+  // thread of its own (ps-lite's Customer::Receiving), fed from the node's event loop.
   state_->thread = std::thread([state = state_.get()] { state->run(); });
   Postoffice::Get()->AddCustomer(this);
 }

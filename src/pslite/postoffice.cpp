@@ -117,6 +117,9 @@ struct Postoffice::Node final : pslite::AppEvents {
                 "DMLC_WORKER_TYPE=validator: a ps-lite application has schedulers, servers and workers only");
     }
     runtime->start();
+    // The ps-lite facade over the real backend, not protocol code: ps-lite's API is blocking and
+    // threaded by contract (its applications call it from their own threads), and this thread only
+    // waits for the node's runtime to end; the protocol still runs on the LoopRuntime's event loop.
     watcher = std::thread([this] { watch_node(); });
   }
 
