@@ -94,11 +94,17 @@ struct EpollTransport::OutConnection {
   FileDescriptor fd;
   std::deque<Frame> frames;
   bool blocked = false;  // waiting for EPOLLOUT
-  // With a job key: false until the peer's challenge came and our proof left; the pool holds the
-  // connection's messages meanwhile (set_blocked) and the socket is polled for reading.
-  bool proven = true;
+  // With a job key, the pool holds the connection's messages (set_blocked) until the peer's
+  // challenge came, our proof left and the peer accepted it; the socket is polled for reading. A
+  // connection the peer closes before accepting carried no message of ours, so another is opened
+  // (a flood of outsiders evicts the peer's oldest unproven connections, a slow member's among them).
+  enum class Membership { kMember, kAwaitingChallenge, kAwaitingAcceptance };
+  Membership membership = Membership::kMember;
   HandshakeBytes challenge{};
   std::size_t challenge_have = 0;
+  sockaddr_in address{};
+  double handshake_started = 0;  // seconds_now() of the first attempt
+  int handshake_attempts = 1;
   std::atomic<bool> dead{false};
   // User pacing (guarded by the transport's mutex_): the bytes the connection is ahead of its rate,
   // and until when the pool keeps it out of its rotation for them (held_until 0: not held).
@@ -162,7 +168,10 @@ EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks
     throw std::runtime_error("cannot bind " + where + ": " + errno_text(errno) +
                              (errno == EADDRINUSE ? " (choose another port, or 0 for any)" : ""));
   }
-  if (::listen(listen_fd_.get(), 128) != 0)
+  // The kernel's largest backlog: when the accept queue overflows, a connection the client already
+  // counts as open waits in SYN_RECV for seconds (or is dropped), so a flood of outsiders would
+  // delay members' connections and their handshake deadlines would start late.
+  if (::listen(listen_fd_.get(), SOMAXCONN) != 0)
     throw std::runtime_error("listen on " + where + ": " + errno_text(errno));
   socklen_t length = sizeof address;
   getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length);
@@ -260,11 +269,13 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
   connection->peer = peer;
   connection->name = name;
   connection->fd = std::move(fd);
-  connection->proven = !options_.job_key.has_value();
+  connection->address = address;
+  connection->handshake_started = seconds_now();
+  if (options_.job_key) connection->membership = OutConnection::Membership::kAwaitingChallenge;
   std::lock_guard lock(mutex_);
   if (stopped_) return name + ": the transport is stopped";
   if (out_.contains(peer)) return name + ": node " + std::to_string(peer) + " is already connected";
-  if (!connection->proven) {
+  if (connection->membership != OutConnection::Membership::kMember) {
     // Nothing leaves before our proof: the peer would refuse it. Its challenge wakes on_writable().
     pool_.set_blocked(peer, true);
     epoll_add(out_epoll(), connection->fd.get(), EPOLLIN | EPOLLRDHUP);
@@ -469,10 +480,17 @@ void EpollTransport::on_writable(int fd) {
     if (it != out_by_fd_.end()) connection = it->second;
   }
   if (connection == nullptr) return;
-  if (!connection->proven)
-    answer_challenge(*connection);
-  else
-    flush(*connection);
+  switch (connection->membership) {
+    case OutConnection::Membership::kMember:
+      flush(*connection);
+      break;
+    case OutConnection::Membership::kAwaitingChallenge:
+      answer_challenge(*connection);
+      break;
+    case OutConnection::Membership::kAwaitingAcceptance:
+      await_acceptance(*connection);
+      break;
+  }
 }
 
 void EpollTransport::answer_challenge(OutConnection& c) {
@@ -503,13 +521,78 @@ void EpollTransport::answer_challenge(OutConnection& c) {
   // 40 bytes into a fresh socket's empty send buffer: all of them or an error.
   if (::send(c.fd.get(), proof->data(), proof->size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
       static_cast<ssize_t>(proof->size())) {
-    fail_out(c, "could not send the membership proof: " + errno_text(errno));
+    retry_handshake(c, "could not send the membership proof: " + errno_text(errno));
     return;
   }
+  c.membership = OutConnection::Membership::kAwaitingAcceptance;
+  await_acceptance(c);  // rarely there already; the socket stays polled for it
+}
+
+void EpollTransport::await_acceptance(OutConnection& c) {
+  std::byte answer{};
+  ssize_t got = 0;
+  do {
+    got = ::recv(c.fd.get(), &answer, 1, MSG_DONTWAIT);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  if (got == 1 && answer == kProofAccepted) {
+    epoll_ctl(out_epoll(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+    c.membership = OutConnection::Membership::kMember;
+    std::lock_guard lock(mutex_);
+    pool_.set_blocked(c.peer, false);
+    return;
+  }
+  if (got == 1 && answer == kProofRefused) {
+    fail_out(c,
+             "the peer refused our membership proof: it holds another PSTWIN_JOB_TOKEN (every node of a job "
+             "needs the same one)");
+    return;
+  }
+  if (got == 1) {
+    fail_out(c,
+             "the peer answered our membership proof with an unknown byte: is it a pstwin node of this job?");
+    return;
+  }
+  retry_handshake(c, got == 0 ? "closed" : errno_text(errno));
+}
+
+void EpollTransport::retry_handshake(OutConnection& c, const std::string& why) {
+  const double patience = 2 * options_.handshake_timeout_s;
+  if (seconds_now() - c.handshake_started > patience) {
+    fail_out(c,
+             "the peer closed the connection before accepting our membership proof " +
+                 std::to_string(c.handshake_attempts) + " times in " + std::to_string(patience) +
+                 " s (last: " + why +
+                 "): it is flooded with connections that evict those still proving membership (its refused "
+                 "counts name their addresses)");
+    return;
+  }
+  ++c.handshake_attempts;
+  // Non-blocking: the send thread waits for nothing; a refused attempt shows as an error on the
+  // socket, read where the challenge is awaited.
+  FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) {
+    fail_out(c, "socket for another membership attempt: " + errno_text(errno));
+    return;
+  }
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&c.address), sizeof c.address) != 0 &&
+      errno != EINPROGRESS) {
+    fail_out(c, "connect for another membership attempt: " + errno_text(errno));
+    return;
+  }
+  set_int_option(fd.get(), IPPROTO_TCP, TCP_NODELAY, 1);
+  if (options_.notsent_lowat > 0)
+    set_int_option(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, options_.notsent_lowat);
   epoll_ctl(out_epoll(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
-  c.proven = true;
-  std::lock_guard lock(mutex_);
-  pool_.set_blocked(c.peer, false);
+  {
+    std::lock_guard lock(mutex_);
+    out_by_fd_.erase(c.fd.get());
+    c.fd = std::move(fd);
+    out_by_fd_[c.fd.get()] = &c;
+  }
+  c.challenge_have = 0;
+  c.membership = OutConnection::Membership::kAwaitingChallenge;
+  epoll_add(out_epoll(), c.fd.get(), EPOLLIN | EPOLLRDHUP);
 }
 
 bool EpollTransport::send_batch() {
@@ -770,11 +853,20 @@ bool EpollTransport::read_proof(InConnection& c) {
     c.proof_have += static_cast<std::size_t>(got);
   }
   if (!options_.job_key->verify(c.challenge, c.proof)) {
+    // Said, so that a node with another token stops instead of trying again (an outsider learns
+    // nothing it would not see from the close).
+    [[maybe_unused]] const auto sent = ::send(c.fd.get(), &kProofRefused, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     report_in(c, "connection", "wrong membership proof: the peer does not hold this job's PSTWIN_JOB_TOKEN");
     return false;
   }
   c.trusted = true;
   --unproven_;
+  // The peer sends no message before this byte: one whose connection closed without it knows that
+  // nothing it sent was read, and tries again.
+  if (::send(c.fd.get(), &kProofAccepted, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+    report_in(c, "connection", "could not accept the membership proof: " + errno_text(errno));
+    return false;
+  }
   return true;
 }
 

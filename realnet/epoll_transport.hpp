@@ -196,6 +196,10 @@ class EpollTransport {
   // the failure is reported (the connection goes).
   std::optional<bool> after_failed_read(const InConnection& connection);
   void answer_challenge(OutConnection& connection);
+  void await_acceptance(OutConnection& connection);
+  // The peer closed a connection before it accepted our proof: another is opened, for up to twice the
+  // handshake timeout, then the connection fails.
+  void retry_handshake(OutConnection& connection, const std::string& why);
   void report_in(const InConnection& connection, const std::string& field, const std::string& detail,
                  bool keep_connection = false);
   bool read_some(InConnection& connection, bool hung_up);  // false: closed (reported if mid-frame or bad)

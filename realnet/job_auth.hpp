@@ -17,6 +17,10 @@ namespace pstwin::realnet {
 
 inline constexpr std::size_t kHandshakeBytes = 40;  // 8 bytes of tag, 32 of nonce or MAC
 using HandshakeBytes = std::array<std::byte, kHandshakeBytes>;
+// The epoll van's accepting side answers a proof with one of these bytes; the connecting side sends
+// its first message only after kProofAccepted.
+inline constexpr std::byte kProofAccepted{0x5A};
+inline constexpr std::byte kProofRefused{0xA5};
 
 // The shortest token accepted: 16 bytes of text; `pstwin run` makes 64 hex digits (256 bits).
 inline constexpr std::size_t kMinTokenBytes = 16;

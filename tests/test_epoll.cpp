@@ -284,6 +284,47 @@ TEST(EpollTransport, ConnectionsProveTheJobKeyBeforeTheirFramesAreRead) {
   }
 }
 
+// A flood of connections evicts the oldest still proving membership, a slow member's among them: the
+// member sees its connection close before the proof was accepted, so nothing of its was read, and it
+// opens another; every message arrives once.
+TEST(EpollTransport, AMemberEvictedWhileProvingMembershipConnectsAgainAndLosesNothing) {
+  EpollTransport::Options server_options;
+  server_options.job_key.emplace("the token of this job, long enough");
+  server_options.max_unproven = 2;
+  EpollTransport::Options member_options;
+  member_options.job_key = server_options.job_key;
+  member_options.own_threads = false;  // it answers the challenge only when this test polls it
+  Inbox a_in, b_in;
+  EpollTransport b(3, server_options, b_in.callbacks());
+  EpollTransport a(2, member_options, a_in.callbacks());
+  ASSERT_FALSE(a.connect(3, "127.0.0.1", b.port()).has_value());
+  for (std::uint64_t k = 0; k < 5; ++k) ASSERT_FALSE(a.send(3, make(k, 50000)).has_value());
+  // Two outsiders after it: the second one's challenge comes once the member's connection was
+  // evicted (accepts are in order; at the cap the oldest goes).
+  std::vector<int> outsiders;
+  for (int i = 0; i < 2; ++i) {
+    outsiders.push_back(raw_connect(b.port()));
+    std::array<char, kHandshakeBytes> challenge{};
+    ASSERT_EQ(::recv(outsiders.back(), challenge.data(), challenge.size(), MSG_WAITALL),
+              static_cast<ssize_t>(challenge.size()));
+  }
+  const auto evicted = b_in.wait_errors(1);
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_NE(evicted[0].detail.find("the oldest of 2 connections proving membership"), std::string::npos)
+      << evicted[0].to_string();
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until && !a.drain(10)) {
+  }
+  const auto got = b_in.wait_messages(5);
+  ASSERT_EQ(got.size(), 5u);
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(got[k].header.key, k);
+    EXPECT_TRUE(pattern_ok(got[k]));
+  }
+  EXPECT_TRUE(a_in.wait_errors(0).empty()) << a_in.wait_errors(0)[0].to_string();
+  for (const int fd : outsiders) ::close(fd);
+}
+
 std::size_t open_descriptors() {
   return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
                                                 std::filesystem::directory_iterator()));
