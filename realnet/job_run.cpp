@@ -312,6 +312,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   if (!p.refused.empty()) j["refused"] = p.refused;
   if (p.accuracy) j["accuracy"] = accuracy_json(*p.accuracy);
   if (p.balancing) j["balancing"] = balancing_json(*p.balancing);
+  if (p.selection) j["selection"] = selection_json(*p.selection);
   if (p.validation) j["validation"] = validation_json(*p.validation);
   if (p.staleness) j["staleness"] = staleness_json(*p.staleness);
   return j;
@@ -358,6 +359,7 @@ NodePart part_from_json(const nlohmann::json& j) {
   if (j.contains("refused")) p.refused = j.at("refused").get<std::map<std::string, std::uint64_t>>();
   if (j.contains("accuracy")) p.accuracy = accuracy_from_json(j.at("accuracy"));
   if (j.contains("balancing")) p.balancing = balancing_from_json(j.at("balancing"));
+  if (j.contains("selection")) p.selection = selection_from_json(j.at("selection"));
   if (j.contains("validation")) p.validation = validation_from_json(j.at("validation"));
   if (j.contains("staleness")) p.staleness = staleness_from_json(j.at("staleness"));
   return p;
@@ -399,7 +401,11 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     if (part.role == Role::kScheduler) report.nodes = part.nodes;
     if (part.accuracy) report.accuracy = part.accuracy;     // worker 0's
     if (part.balancing) report.balancing = part.balancing;  // the scheduler's
-    if (part.validation) {                                  // two validators judge disjoint sets of workers
+    if (part.selection) {                                   // each server judged its own keys
+      if (!report.selection) report.selection.emplace();
+      add_selection(*report.selection, *part.selection);
+    }
+    if (part.validation) {  // two validators judge disjoint sets of workers
       if (!report.validation) report.validation.emplace();
       add_validation(*report.validation, *part.validation);
     }

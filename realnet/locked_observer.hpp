@@ -66,6 +66,11 @@ class LockedObserver final : public RunObserver {
     std::lock_guard lock(mutex_);
     target_.candidate_judged(validator, worker, iteration, accepted);
   }
+  void rule_judged(NodeId server, std::uint64_t key, std::uint32_t iteration,
+                   const CandidateJudgement& judgement) override {
+    std::lock_guard lock(mutex_);
+    target_.rule_judged(server, key, iteration, judgement);
+  }
   void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
                       std::span<const float> params) override {
     std::lock_guard lock(mutex_);

@@ -29,6 +29,7 @@
 #include "realnet/stop_signals.hpp"
 #include "report/accuracy_recorder.hpp"
 #include "report/run_recorder.hpp"
+#include "report/selection_recorder.hpp"
 #include "report/staleness_recorder.hpp"
 #include "report/validation_recorder.hpp"
 #include "zeno/roles.hpp"
@@ -273,6 +274,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
     observers.push_back(&balancing.emplace(sc, workload));
   ValidationRecorder validation;  // a validator's accept counts, merged into results.json's `validation`
   if (env.role == Role::kValidator) observers.push_back(&validation);
+  SelectionRecorder selection(sc.zeno.rule);  // a server's robust rule, merged into `selection`
+  if (env.role == Role::kServer) observers.push_back(&selection);
   // Whoever aggregates (servers, worker aggregators) counts the pushes it applied and refused under
   // ps.max_staleness; merged into results.json's `staleness`.
   StalenessRecorder staleness{static_cast<std::uint64_t>(std::max(0, sc.ps.max_staleness))};
@@ -451,6 +454,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.trace_dropped = sent.trace_dropped;
   if (training) part.accuracy = accuracy.evaluate(*training);  // the run is over: not in its times
   if (env.role == Role::kValidator) part.validation = validation.summary();
+  if (selection.judged_any()) part.selection = selection.summary();
   if (counts_staleness) part.staleness = staleness.summary();
   if (balancing) {
     RunReport recorded;

@@ -54,6 +54,7 @@ struct NodePart {
   std::uint64_t trace_dropped = 0;
   std::optional<BalancingReport> balancing;     // the scheduler of a ps.balancing = "lb" run
   std::optional<StalenessSummary> staleness;    // an aggregating node of an async run with ps.max_staleness
+  std::optional<SelectionSummary> selection;    // a server under a robust zeno.rule: its keys' judgements
   std::optional<ValidationSummary> validation;  // a ZenoPS validator: its decisions on its workers
   // What it refused (malformed, forged, unauthenticated, over the limits), per peer: "node 9", or the
   // host of connections that never proved membership (LoopRuntime::refusals).

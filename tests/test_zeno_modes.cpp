@@ -248,5 +248,51 @@ TEST(ZenoModes, ZenoPsAndZenoRhoMayBeNegative) {
   }
 }
 
+// A robust rule on the servers says what it kept of each worker, in `selection`: Krum (f = 2) over 8
+// workers, ranks 1 and 4 flipping their sign x4, keeps one gradient per key and round and never an
+// attacker's; the counts add up; the plain mean judges nothing. A real job's servers judge the same
+// gradients (the sync model is the simulator's) and `pstwin run` sums their counts to the same section.
+TEST(ZenoModes, ServerRulesReportWhatTheyKeptOfEachWorker) {
+  const std::string sets =
+      " --set roles.validators=0 --set zeno.rule=krum --set zeno.krum_byzantine=2 --set "
+      "attack.byzantine=[1,4]"
+      " --set workload.iterations=12 --set train.eval_every=0 --set ps.connect_timeout=60";
+  const auto r = sim("zeno-m-sel-krum", "scenarios/zeno_sync_1v.toml", sets);
+  ASSERT_TRUE(r.contains("selection")) << r.dump();
+  const auto& s = r["selection"];
+  EXPECT_EQ(s["rule"], "krum");
+  const int judged = s["judged"].get<int>();
+  ASSERT_EQ(judged % (8 * 12), 0) << s.dump();  // 8 workers x 12 rounds x the keys
+  const int rounds = judged / 8;
+  EXPECT_EQ(s["accepted"].get<int>(), rounds) << s.dump();  // one chosen per key and round
+  EXPECT_EQ(s["verdicts"]["accepted"].get<int>() + s["verdicts"]["dropped"].get<int>(), judged) << s.dump();
+  ASSERT_EQ(s["per_worker"].size(), 8u);
+  int accepted = 0;
+  for (int w = 0; w < 8; ++w) {
+    const auto& worker = s["per_worker"][static_cast<std::size_t>(w)];
+    EXPECT_EQ(worker["judged"].get<int>(), rounds) << worker.dump();
+    accepted += worker["accepted"].get<int>();
+    // Krum's chosen one carries the whole update: a mean share of 8 x its accepted fraction.
+    EXPECT_NEAR(worker["mean_share"].get<double>(), 8.0 * worker["accepted"].get<double>() / rounds, 1e-6)
+        << worker.dump();
+    if (w == 1 || w == 4) {
+      EXPECT_EQ(worker["accepted"], 0) << "Krum kept an attacker's gradient: " << s.dump();
+    }
+  }
+  EXPECT_EQ(accepted, rounds);
+  const auto mean = sim("zeno-m-sel-mean", "scenarios/zeno_sync_1v.toml", kMean8);
+  EXPECT_FALSE(mean.contains("selection")) << mean["selection"].dump();
+
+  const auto real = fresh_dir("zeno-m-sel-real");
+  std::vector<std::string> args{"run", "scenarios/zeno_sync_1v.toml", "-q", "--out", real.string()};
+  std::istringstream words(sets);
+  for (std::string word; words >> word;) args.push_back(word);
+  testing::ChildProcess run(args, fresh_dir("zeno-m-sel-real-log") / "log");
+  ASSERT_EQ(run.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(300)), 0) << run.output();
+  const auto rr = read_json(real / "results.json");
+  EXPECT_EQ(rr["model_digest"], r["model_digest"]);
+  EXPECT_EQ(rr["selection"], s) << "real " << rr["selection"].dump() << "\nsim " << s.dump();
+}
+
 }  // namespace
 }  // namespace pstwin

@@ -264,6 +264,7 @@ void Aggregator::complete_round(std::uint64_t key, Round& round, std::uint32_t i
   PSTWIN_ASSERT(!round.complete, name_ + ": key " + std::to_string(key) + " round " +
                                      std::to_string(iteration) + " completed twice");
   round.complete = true;
+  for (const auto& judgement : round.judgements) observer_.rule_judged(rt_.self(), key, iteration, judgement);
   observer_.aggregate_complete(rt_.self(), key, iteration,
                                round.phantom ? Payload::phantom(round.bytes) : Payload::adopt(round.sum));
   auto waiting = std::move(round.waiting_pulls);

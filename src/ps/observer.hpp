@@ -10,6 +10,7 @@
 #include "core/payload.hpp"
 #include "core/types.hpp"
 #include "ps/balance.hpp"
+#include "ps/candidate_judgement.hpp"
 #include "ps/control.hpp"
 
 namespace pstwin {
@@ -46,6 +47,10 @@ class RunObserver {
   // A validator's decision on worker `worker`'s update of round `iteration`.
   virtual void candidate_judged(int /*validator*/, int /*worker*/, std::uint32_t /*iteration*/,
                                 bool /*accepted*/) {}
+  // A robust rule on server `server` combined round `iteration` of `key`: its judgement of a worker's
+  // gradient (zeno.rule without validators; the plain mean judges nothing).
+  virtual void rule_judged(NodeId /*server*/, std::uint64_t /*key*/, std::uint32_t /*iteration*/,
+                           const CandidateJudgement& /*judgement*/) {}
   // workload.kind = "mlp": worker 0's parameters after `iterations` iterations, `at` seconds after its
   // first iteration began (evaluated later, outside the timed run).
   virtual void model_snapshot(int /*worker_rank*/, std::uint32_t /*iterations*/, Seconds /*at*/,
@@ -103,6 +108,10 @@ class ObserverFanout final : public RunObserver {
   }
   void candidate_judged(int validator, int worker, std::uint32_t iteration, bool accepted) override {
     for (auto* t : targets_) t->candidate_judged(validator, worker, iteration, accepted);
+  }
+  void rule_judged(NodeId server, std::uint64_t key, std::uint32_t iteration,
+                   const CandidateJudgement& judgement) override {
+    for (auto* t : targets_) t->rule_judged(server, key, iteration, judgement);
   }
   void model_snapshot(int worker, std::uint32_t iterations, Seconds at,
                       std::span<const float> params) override {

@@ -8,12 +8,14 @@
 
 namespace pstwin {
 
-void MeanCombiner::combine(std::uint64_t /*key*/, std::span<const std::span<const float>> gradients,
-                           std::span<float> out) const {
+std::vector<CandidateJudgement> MeanCombiner::combine(std::uint64_t /*key*/,
+                                                      std::span<const std::span<const float>> gradients,
+                                                      std::span<float> out) const {
   std::fill(out.begin(), out.end(), 0.0f);
   for (const auto& gradient : gradients) sum_into(out, gradient);
   const auto count = static_cast<float>(gradients.size());
   for (auto& value : out) value /= count;
+  return {};
 }
 
 const UpdateRule& UpdateRule::sum() {
@@ -99,16 +101,24 @@ void SgdRule::apply_round(std::uint64_t key, KeyState& state, Round& round, std:
   std::vector<float> update(state.velocity.size(), 0.0f);
   // By rank; a participant that dropped this tensor (RoundPlan) counts as a zero update.
   std::vector<std::span<const float>> spans;
+  std::vector<int> ranks;
   const std::vector<float> zeros(update.size(), 0.0f);
   for (std::size_t w = 0; w < round.inputs.size(); ++w) {
     const auto& gradient = round.inputs[w];
-    if (gradient && gradient->size() == update.size() * sizeof(float))
+    if (gradient && gradient->size() == update.size() * sizeof(float)) {
       spans.push_back(gradient->floats());
-    else if (!gradient && plan_.participates(static_cast<int>(w), iteration) &&
-             std::ranges::find(round.absent, static_cast<int>(w)) == round.absent.end())
+      ranks.push_back(static_cast<int>(w));
+    } else if (!gradient && plan_.participates(static_cast<int>(w), iteration) &&
+               std::ranges::find(round.absent, static_cast<int>(w)) == round.absent.end()) {
       spans.emplace_back(zeros);
+      ranks.push_back(static_cast<int>(w));
+    }
   }
-  combiner_.combine(key, spans, update);
+  round.judgements = combiner_.combine(key, spans, update);
+  PSTWIN_ASSERT(round.judgements.empty() || round.judgements.size() == ranks.size(),
+                "a combiner judged " + std::to_string(round.judgements.size()) + " of " +
+                    std::to_string(ranks.size()) + " gradients");
+  for (std::size_t c = 0; c < round.judgements.size(); ++c) round.judgements[c].worker = ranks[c];
   apply(state, update, iteration);
   snapshot(state, round);
 }

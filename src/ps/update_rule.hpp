@@ -22,6 +22,7 @@
 #include "core/message.hpp"
 #include "core/payload.hpp"
 #include "core/types.hpp"
+#include "ps/candidate_judgement.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/workload.hpp"
 
@@ -38,7 +39,8 @@ struct Round {
   std::vector<int> forwarded;                    // ValidatedRule: worker ranks whose push went to a validator
   std::vector<int> late;                         // ps.backup_workers: ranks whose push came after completion
   std::vector<std::shared_ptr<Payload>> inputs;  // rules that apply whole rounds: by contributor rank
-  std::vector<int> absent;      // workers whose push the round was applied without (lost, or late backups)
+  std::vector<int> absent;  // workers whose push the round was applied without (lost, or late backups)
+  std::vector<CandidateJudgement> judgements;  // a robust combiner's, by worker (reported at completion)
   std::vector<bool> pulled_by;  // ... which workers' pulls were answered (freeing the round needs all live)
   int inputs_applied = 0;
   std::vector<Message> waiting_pulls;
@@ -59,19 +61,22 @@ struct KeyState {
   int lost_workers = 0;         // async: workers declared lost (an update is scaled to the survivors)
 };
 
-// How a sync round's gradients (in worker-rank order) become one update.
+// How a sync round's gradients (in worker-rank order) become one update. A robust rule also says
+// what it made of each gradient, in the same order (none: the plain mean judges nothing).
 class GradientCombiner {
  public:
   virtual ~GradientCombiner() = default;
-  virtual void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
-                       std::span<float> out) const = 0;
+  virtual std::vector<CandidateJudgement> combine(std::uint64_t key,
+                                                  std::span<const std::span<const float>> gradients,
+                                                  std::span<float> out) const = 0;
 };
 
 // The mean, summed in rank order (the same bits whatever the arrival order, in either backend).
 class MeanCombiner final : public GradientCombiner {
  public:
-  void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
-               std::span<float> out) const override;
+  std::vector<CandidateJudgement> combine(std::uint64_t key,
+                                          std::span<const std::span<const float>> gradients,
+                                          std::span<float> out) const override;
 };
 
 class UpdateRule {

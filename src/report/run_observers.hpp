@@ -12,6 +12,7 @@
 #include "report/breakdown.hpp"
 #include "report/run_recorder.hpp"
 #include "report/run_report.hpp"
+#include "report/selection_recorder.hpp"
 #include "report/staleness_recorder.hpp"
 #include "report/validation_recorder.hpp"
 
@@ -34,6 +35,7 @@ class RunObservers {
     recorder.fill(report);
     if (training) report.accuracy = accuracy.evaluate(*training);
     if (sc_.roles.validators > 0) report.validation = validation.summary();
+    if (selection.judged_any()) report.selection = selection.summary();
     if (sc_.ps.max_staleness > 0) report.staleness = staleness.summary();
   }
   // Last, once nothing adds a check any more.
@@ -51,9 +53,10 @@ class RunObservers {
   const TrainingModel* training;  // null: synthetic workload
   AccuracyRecorder accuracy;
   ValidationRecorder validation;
+  SelectionRecorder selection{sc_.zeno.rule};
   StalenessRecorder staleness{static_cast<std::uint64_t>(sc_.ps.max_staleness)};
   BreakdownRecorder breakdown;  // fed spans by the simulator only
-  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation, &staleness, &breakdown}};
+  ObserverFanout fanout{{&checker, &recorder, &accuracy, &validation, &selection, &staleness, &breakdown}};
 };
 
 }  // namespace pstwin

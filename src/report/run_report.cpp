@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <concepts>
 #include <cstdio>
 #include <filesystem>
@@ -117,6 +118,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
                               {"note", r.emulation->note}};
   j["model_digest"] = r.model_digest;
   if (r.accuracy) j["accuracy"] = accuracy_json(*r.accuracy);
+  if (r.selection) j["selection"] = selection_json(*r.selection);
   if (r.validation) j["validation"] = validation_json(*r.validation);
   if (r.late_pushes) j["late_pushes"] = *r.late_pushes;
   if (!r.refused.empty()) j["refused"] = r.refused;
@@ -193,6 +195,54 @@ BalancingReport balancing_from_json(const nlohmann::json& j) {
   for (const auto& m : j.at("measured"))
     b.measured.push_back({m.at("iteration"), m.at("server"), m.at("rate_Bps"), m.at("utilization")});
   return b;
+}
+
+nlohmann::ordered_json selection_json(const SelectionSummary& selection) {
+  using nlohmann::ordered_json;
+  ordered_json s;
+  s["rule"] = selection.rule;
+  s["judged"] = selection.judged;
+  s["accepted"] = selection.accepted;
+  s["verdicts"] = ordered_json::object();
+  for (const auto& [verdict, count] : selection.verdicts) s["verdicts"][verdict] = count;
+  s["per_worker"] = ordered_json::array();
+  for (std::size_t w = 0; w < selection.per_worker.size(); ++w) {
+    const auto& worker = selection.per_worker[w];
+    const double mean_share =
+        worker.judged == 0 ? 0.0 : worker.share_sum / static_cast<double>(worker.judged);
+    s["per_worker"].push_back({{"worker", w},
+                               {"judged", worker.judged},
+                               {"accepted", worker.accepted},
+                               {"mean_share", std::round(mean_share * 1e6) / 1e6}});
+  }
+  return s;
+}
+
+SelectionSummary selection_from_json(const nlohmann::json& s) {
+  SelectionSummary summary;
+  summary.rule = s.at("rule");
+  summary.judged = s.at("judged");
+  summary.accepted = s.at("accepted");
+  for (const auto& [verdict, count] : s.at("verdicts").items()) summary.verdicts[verdict] = count;
+  for (const auto& w : s.at("per_worker")) {
+    const std::uint64_t judged = w.at("judged");
+    summary.per_worker.push_back(
+        {judged, w.at("accepted"), w.at("mean_share").get<double>() * static_cast<double>(judged)});
+  }
+  return summary;
+}
+
+void add_selection(SelectionSummary& into, const SelectionSummary& more) {
+  if (into.rule.empty()) into.rule = more.rule;
+  into.judged += more.judged;
+  into.accepted += more.accepted;
+  for (const auto& [verdict, count] : more.verdicts) into.verdicts[verdict] += count;
+  if (into.per_worker.size() < more.per_worker.size()) into.per_worker.resize(more.per_worker.size());
+  for (std::size_t w = 0; w < more.per_worker.size(); ++w) {
+    into.per_worker[w].judged += more.per_worker[w].judged;
+    into.per_worker[w].accepted += more.per_worker[w].accepted;
+    into.per_worker[w].share_sum += more.per_worker[w].share_sum;
+  }
 }
 
 nlohmann::ordered_json validation_json(const ValidationSummary& validation) {
@@ -304,6 +354,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (!j.at("bound").is_null())
     r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
+  if (j.contains("selection")) r.selection = selection_from_json(j["selection"]);
   if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
   if (j.contains("late_pushes")) r.late_pushes = j["late_pushes"].get<std::uint64_t>();
   if (j.contains("refused"))
@@ -717,6 +768,27 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
     out << "  staleness: " << r.staleness->refused << " pushes refused beyond " << r.staleness->bound << ", "
         << r.staleness->applied << " applied (largest staleness applied " << r.staleness->max_applied
         << ")\n";
+  if (r.selection) {
+    const auto& s = *r.selection;
+    out << "  " << s.rule << " on the servers: " << s.accepted << " of " << s.judged
+        << " gradients in the update";
+    for (const auto& [verdict, count] : s.verdicts)
+      if (verdict != "accepted") out << ", " << count << " " << verdict;
+    // The worker whose gradients weighed least: a rule that holds an attacker out shows it here.
+    std::size_t least = 0;
+    double least_share = -1;
+    for (std::size_t w = 0; w < s.per_worker.size(); ++w) {
+      const auto& worker = s.per_worker[w];
+      if (worker.judged == 0) continue;
+      const double share = worker.share_sum / static_cast<double>(worker.judged);
+      if (least_share < 0 || share < least_share) least = w, least_share = share;
+    }
+    if (least_share >= 0)
+      out << "; least weight: worker " << least << ", " << s.per_worker[least].accepted << " of "
+          << s.per_worker[least].judged << " accepted, mean share " << std::setprecision(3) << least_share
+          << std::setprecision(6);
+    out << "\n";
+  }
   if (r.validation)
     out << "  validators: " << r.validation->accepted << " of " << r.validation->judged
         << " updates accepted\n";

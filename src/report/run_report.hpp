@@ -105,6 +105,25 @@ ValidationSummary validation_from_json(const nlohmann::json& json);
 // Adds `more` (another validator's workers) into `into`, worker by worker.
 void add_validation(ValidationSummary& into, const ValidationSummary& more);
 
+// A robust rule on the servers (zeno.rule without validators): what it made of each worker's gradients,
+// one judgement per (key, round, worker).
+struct SelectionSummary {
+  struct Worker {
+    std::uint64_t judged = 0;
+    std::uint64_t accepted = 0;
+    double share_sum = 0;  // CandidateJudgement::share summed: / judged is the mean share
+  };
+  std::string rule;
+  std::uint64_t judged = 0;
+  std::uint64_t accepted = 0;
+  std::map<std::string, std::uint64_t> verdicts;  // by verdict name
+  std::vector<Worker> per_worker;                 // by rank
+};
+nlohmann::ordered_json selection_json(const SelectionSummary& selection);
+SelectionSummary selection_from_json(const nlohmann::json& json);
+// Adds `more` (another server's keys) into `into`.
+void add_selection(SelectionSummary& into, const SelectionSummary& more);
+
 // Async with ps.max_staleness: the servers' pushes (per key partition) by staleness, i.e. how many
 // versions of the key were applied between the worker's last pull of it and the push's arrival.
 struct StalenessSummary {
@@ -190,6 +209,7 @@ struct RunReport {
   std::optional<NetworkEmulation> emulation;
   std::string model_digest;
   std::optional<AccuracyCurve> accuracy;        // mlp runs only
+  std::optional<SelectionSummary> selection;    // a robust zeno.rule on the servers (pstwin run: summed)
   std::optional<ValidationSummary> validation;  // runs with validators (pstwin run: the validators summed)
   std::optional<std::uint64_t> late_pushes;     // ps.backup_workers: pushes dropped as late
   std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)

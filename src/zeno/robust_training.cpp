@@ -234,12 +234,10 @@ std::unique_ptr<GradientSource> RobustTraining::worker(int rank) const {
   return std::make_unique<AttackingSource>(inner_, scenario_, attack_, plan_, rank);
 }
 
-void RobustCombiner::combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
-                             std::span<float> out) const {
-  if (rule_.kind == RuleKind::kMean) {
-    mean_.combine(key, gradients, out);  // bit for bit the plain path
-    return;
-  }
+std::vector<CandidateJudgement> RobustCombiner::combine(std::uint64_t key,
+                                                        std::span<const std::span<const float>> gradients,
+                                                        std::span<float> out) const {
+  if (rule_.kind == RuleKind::kMean) return mean_.combine(key, gradients, out);  // bit for bit the plain path
   RuleInputs inputs{.candidates = gradients};
   std::vector<float>* center = nullptr;
   if (rule_.kind == RuleKind::kCenteredClipping) {
@@ -250,6 +248,15 @@ void RobustCombiner::combine(std::uint64_t key, std::span<const std::span<const 
   const Aggregate result = aggregate(rule_, inputs);
   std::copy(result.value.begin(), result.value.end(), out.begin());
   if (center != nullptr) *center = result.value;
+  std::vector<CandidateJudgement> judgements;
+  judgements.reserve(result.decisions.size());
+  const auto candidates = static_cast<double>(result.decisions.size());
+  for (const auto& decision : result.decisions)
+    judgements.push_back({.worker = -1,
+                          .accepted = decision.accepted,
+                          .share = decision.weight * candidates,
+                          .verdict = verdict_name(decision.verdict)});
+  return judgements;
 }
 
 std::unique_ptr<TrainingModel> make_training(const Scenario& scenario) {

@@ -72,8 +72,9 @@ class RobustTraining final : public TrainingModel {
 class RobustCombiner final : public GradientCombiner {
  public:
   explicit RobustCombiner(const Scenario& scenario) : rule_(rule_config(scenario)) {}
-  void combine(std::uint64_t key, std::span<const std::span<const float>> gradients,
-               std::span<float> out) const override;
+  std::vector<CandidateJudgement> combine(std::uint64_t key,
+                                          std::span<const std::span<const float>> gradients,
+                                          std::span<float> out) const override;
 
  private:
   RuleConfig rule_;

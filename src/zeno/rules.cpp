@@ -310,6 +310,24 @@ Aggregate aggregate(const RuleConfig& config, const RuleInputs& in) {
   bad("unknown rule kind " + std::to_string(static_cast<int>(config.kind)));
 }
 
+std::string_view verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kAccepted:
+      return "accepted";
+    case Verdict::kDropped:
+      return "dropped";
+    case Verdict::kReversed:
+      return "reversed";
+    case Verdict::kInnerProduct:
+      return "inner_product";
+    case Verdict::kNorm:
+      return "norm";
+    case Verdict::kNonFinite:
+      return "non_finite";
+  }
+  return "unknown";
+}
+
 Aggregate mean(Candidates candidates) {
   const std::size_t size = model_size("mean", candidates);
   const double w = 1.0 / static_cast<double>(candidates.size());

@@ -50,6 +50,9 @@ enum class Verdict : std::uint8_t {
   kNonFinite,     // NaN or Inf in the candidate
 };
 
+// The verdict as results.json writes it: accepted, dropped, reversed, inner_product, norm, non_finite.
+std::string_view verdict_name(Verdict verdict);
+
 struct Decision {
   bool accepted = false;
   // The candidate's coefficient in the aggregate (aggregate = sum_i weight_i * u_i for whole-model
