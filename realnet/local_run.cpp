@@ -29,7 +29,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   });
   ObserverFanout with_crashes({&observers.fanout, &crashes});
   LockedObserver observer(crashes.needed() ? static_cast<RunObserver&>(with_crashes) : observers.fanout);
-  LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, nullptr});
+  LocalHost host({sc.output, options.log, nullptr});
 
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
   const std::string job_token = options.job_token.value_or(JobKey::random_token());

@@ -129,8 +129,9 @@ Seconds LocalHost::last_stop() const {
 
 void LocalHost::record_span(TraceSpan span) {
   if (!tracing()) return;
+  if (span.message && !options_.output.traces(span.message->key, span.message->iteration)) return;
   std::lock_guard lock(mutex_);
-  if (trace_.size() >= options_.trace_max_events) {
+  if (trace_.size() >= options_.output.trace_max_events) {
     ++trace_dropped_;
     return;
   }

@@ -51,8 +51,7 @@ class SharedStaging final : public StagingArea {
 class LocalHost {
  public:
   struct Options {
-    bool trace = false;
-    std::uint64_t trace_max_events = 0;
+    OutputConfig output{.trace = false, .trace_max_events = 0, .trace_iterations = {}, .trace_keys = {}};
     // Receives every log line (already prefixed); null: stderr.
     std::function<void(std::string_view)> log_sink;
     // Staging for every node of this process; null: an in-process SharedStaging.
@@ -77,7 +76,7 @@ class LocalHost {
   std::string failure() const;
   Seconds last_stop() const;
 
-  bool tracing() const { return options_.trace; }
+  bool tracing() const { return options_.output.trace; }
   void record_span(TraceSpan span);
   void count_message(std::uint64_t wire_bytes);
   void log_line(const std::string& line);

@@ -298,7 +298,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   auto staging = std::make_shared<ShmStaging>(host_staging_prefix(env.root_port, host_of(env)));
   // Before any thread starts: Ctrl-C or a plain `kill` stops the node cleanly, staging unlinked.
   StopSignals stop_signals;
-  LocalHost host({sc.output.trace, sc.output.trace_max_events, options.log, staging});
+  LocalHost host({sc.output, options.log, staging});
 
   // The scheduler binds the root address, the others DMLC_NODE_HOST: that address's interface.
   const double nic_rate_Bps =

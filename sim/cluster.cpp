@@ -621,6 +621,7 @@ void Cluster::dropped(const MessageHeader& header, const SimNode& from, const Si
 void Cluster::record_span(TraceSpan span) {
   if (span_sink_) span_sink_(span);
   if (!scenario_.output.trace) return;
+  if (span.message && !scenario_.output.traces(span.message->key, span.message->iteration)) return;
   if (trace_.size() >= scenario_.output.trace_max_events) {
     ++trace_dropped_;
     return;

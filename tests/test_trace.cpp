@@ -176,6 +176,35 @@ TEST(Trace, DroppedEventsAreReportedInTheTraceAndTheSummary) {
   EXPECT_FALSE(load_trace(whole / "trace.json").other.contains("warning"));
 }
 
+// A window of iterations and keys keeps those spans (and the untagged ones) and no others, in the
+// simulator and in a real job; a window that is not [from, until) is refused naming the field.
+TEST(Trace, AWindowKeepsOnlyItsIterationsAndKeys) {
+  const std::string window = " --set output.trace_iterations=[2,4] --set output.trace_keys=[1]";
+  for (const std::string command : {"sim", "run"}) {
+    const auto dir = fresh_dir("trace-window-" + command);
+    const auto r = run_pstwin(command + " scenarios/quickstart.toml -q" + window + " --out " + dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Trace trace = load_trace(dir / "trace.json");
+    std::set<std::uint64_t> iterations;
+    std::size_t untagged = 0;
+    for (const auto& s : trace.spans) {
+      if (!s.args.contains("iteration")) {
+        ++untagged;
+        continue;
+      }
+      EXPECT_EQ(s.args["key"], 1) << command << ": " << s.name << " " << s.args.dump();
+      iterations.insert(s.args["iteration"].get<std::uint64_t>());
+    }
+    EXPECT_EQ(iterations, (std::set<std::uint64_t>{2, 3})) << command;
+    EXPECT_GT(untagged, 0u) << command << ": compute spans belong in every window";
+  }
+  for (const std::string bad : {"[3,3]", "[5]", "[4,2]"}) {
+    const auto r = run_pstwin("check scenarios/quickstart.toml --set output.trace_iterations=" + bad);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("output.trace_iterations"), std::string::npos) << r.output;
+  }
+}
+
 TEST(Trace, LaneNamesUseTheNodeTable) {
   RunReport report;
   report.nodes = {{1, Role::kScheduler, 0, "a", "h0"},

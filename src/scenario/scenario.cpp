@@ -1226,6 +1226,12 @@ std::vector<Field> make_registry() {
       make_field("output.trace", PSTWIN_MEMBER(output.trace), BoolCodec{}, "Record a message trace."));
   f.push_back(make_field("output.trace_max_events", PSTWIN_MEMBER(output.trace_max_events), UInt64Codec{},
                          "Stop recording the trace after this many events."));
+  f.push_back(make_field(
+      "output.trace_iterations", PSTWIN_MEMBER(output.trace_iterations), CountListCodec{0, "[10, 12]"},
+      "Trace only iterations [from, until), e.g. [10, 12] for iterations 10 and 11 (empty: "
+      "all). Spans without an iteration (compute, heartbeats) are always kept."));
+  f.push_back(make_field("output.trace_keys", PSTWIN_MEMBER(output.trace_keys), CountListCodec{0, "[0, 3]"},
+                         "Trace only these keys' spans (empty: all)."));
   // [sim]
   f.push_back(make_field("sim.max_time", PSTWIN_MEMBER(sim.max_time_s), positive_duration,
                          "Simulated-time guard: a run still going at this time has stalled and fails."));
@@ -1613,6 +1619,11 @@ class Validator {
     check_device();
     check_zeno();
     check_faults();
+    const auto& window = s_.output.trace_iterations;
+    if (!window.empty() && (window.size() != 2 || window[0] >= window[1]))
+      fail("output.trace_iterations",
+           "expected [from, until] with from < until (iterations from .. until - 1), e.g. [10, 12], or [] "
+           "for all");
   }
 
  private:

@@ -4,6 +4,7 @@
 // durations "5us"/"2ms"/"1s"/seconds. In this struct everything is bytes, bytes/s and seconds.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -195,6 +196,15 @@ struct InvariantsConfig {
 struct OutputConfig {
   bool trace = true;
   std::uint64_t trace_max_events = 200000;
+  // A window of the trace: [from, until) iterations, and keys; empty: all. Spans of other iterations
+  // or keys are not recorded (spans without a key or iteration always are).
+  std::vector<std::uint64_t> trace_iterations;
+  std::vector<std::uint64_t> trace_keys;
+  bool traces(std::uint64_t key, std::uint32_t iteration) const {
+    if (trace_iterations.size() == 2 && (iteration < trace_iterations[0] || iteration >= trace_iterations[1]))
+      return false;
+    return trace_keys.empty() || std::find(trace_keys.begin(), trace_keys.end(), key) != trace_keys.end();
+  }
 };
 
 struct SimConfig {
