@@ -268,6 +268,23 @@ void add_phase_utilisation(const std::vector<std::pair<double, double>>& phase, 
         utilisation_over(series, i / 2, i % 2 == 1, links[i].bandwidth_Bps.value_or(0), phase);
 }
 
+// Utilisation over time from the sampled counters: 100 buckets over [from_s, to_s) (steady clock).
+void add_utilisation_over_time(const CounterSeries& series, double from_s, double to_s,
+                               std::vector<LinkUsage>& links) {
+  constexpr int kBuckets = 100;
+  if (series.empty() || to_s <= from_s) return;
+  const double width = (to_s - from_s) / kBuckets;
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const double bandwidth = links[i].bandwidth_Bps.value_or(0);
+    if (bandwidth <= 0) continue;
+    links[i].over_time_width_s = width;
+    for (int b = 0; b < kBuckets; ++b) {
+      const double from = from_s + b * width;
+      links[i].over_time.push_back(series.bytes(i / 2, i % 2 == 1, from, from + width) / (bandwidth * width));
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::ordered_json part_to_json(const NodePart& p) {
@@ -711,6 +728,8 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     report.emulation = netns_emulation();
     report.bound = shaped_bound(sc, report);
     add_phase_utilisation(push_pull_phase(sc, parts, report.balancing), series, report.links);
+    const double job_start_s = std::chrono::duration<double>(spawn_start.time_since_epoch()).count();
+    add_utilisation_over_time(series, job_start_s, job_start_s + job_s, report.links);
   } else {
     report.links = loopback_links(sc, parts);
   }

@@ -180,8 +180,8 @@ bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) 
   message.header = decoded;
   const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
   auto& cluster = from_.cluster();
-  cluster.account(from_, to_, wire_bytes);
   const Seconds end = s4u::Engine::get_clock();
+  cluster.account(from_, to_, wire_bytes, start, end);
   const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
   const TraceMessage carried{decoded.key, decoded.iteration, wire_bytes};
   from_.trace_lane(lane_name_, "send", name, start, end, carried);
@@ -553,7 +553,10 @@ std::string SimNode::describe() const {
 // ---------------------------------------------------------------- Cluster
 
 Cluster::Cluster(const Scenario& scenario, Platform& platform)
-    : scenario_(scenario), platform_(platform), faults_(scenario) {
+    : scenario_(scenario),
+      platform_(platform),
+      timeline_(platform.links.size(), 1e-3, 100),
+      faults_(scenario) {
   if (scenario.sim.network_model == "flow") {
     if (scenario.network.model == "SMPI")
       throw ScenarioError(
@@ -573,7 +576,10 @@ Cluster::Cluster(const Scenario& scenario, Platform& platform)
     network_ = std::make_unique<FifoNetwork>(platform.bandwidth_factor, platform.latency_factor,
                                              platform.hosts.begin()->second, fifo);
   }
-  for (const auto& link : platform_.links) link_bytes_[link.name] = 0;
+  for (const auto& link : platform_.links) {
+    link_bytes_[link.name] = 0;
+    link_index_.emplace(link.name, link_index_.size());
+  }
 }
 
 SimNode& Cluster::add_node(std::string label, std::string address, const std::string& host) {
@@ -594,19 +600,24 @@ double Cluster::uplink_rate(const std::string& host) const {
   return 0;
 }
 
-void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t bytes) {
+void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t bytes, Seconds start,
+                      Seconds end) {
   ++messages_;
   message_bytes_ += bytes;
   if (from.host_name() == to.host_name()) return;  // loopback: no NIC involved
-  link_bytes_[from.host_name() + ".up"] += bytes;
-  link_bytes_[to.host_name() + ".down"] += bytes;
-  if (platform_.has_switch) link_bytes_["switch"] += bytes;
+  const auto carry = [&](const std::string& link) {
+    link_bytes_[link] += bytes;
+    timeline_.add(link_index_.at(link), start, end, static_cast<double>(bytes));
+  };
+  carry(from.host_name() + ".up");
+  carry(to.host_name() + ".down");
+  if (platform_.has_switch) carry("switch");
   if (!platform_.rack_of.empty()) {
     const int from_rack = platform_.rack_of.at(from.host_name());
     const int to_rack = platform_.rack_of.at(to.host_name());
     if (from_rack != to_rack) {
-      link_bytes_["rack" + std::to_string(from_rack) + ".up"] += bytes;
-      link_bytes_["rack" + std::to_string(to_rack) + ".down"] += bytes;
+      carry("rack" + std::to_string(from_rack) + ".up");
+      carry("rack" + std::to_string(to_rack) + ".down");
     }
   }
 }
@@ -641,7 +652,12 @@ void Cluster::fill(RunReport& report, Seconds run_time) const {
     const auto bytes = link_bytes_.at(link.name);
     const double utilization =
         run_time > 0 ? static_cast<double>(bytes) / (link.bandwidth_Bps * run_time) : 0;
-    report.links.push_back({link.name, bytes, link.bandwidth_Bps, utilization});
+    LinkUsage usage{link.name, bytes, link.bandwidth_Bps, utilization};
+    usage.over_time_width_s = timeline_.width_s();
+    const double capacity = link.bandwidth_Bps * usage.over_time_width_s;
+    for (const double carried : timeline_.bytes(link_index_.at(link.name)))
+      usage.over_time.push_back(capacity > 0 ? carried / capacity : 0);
+    report.links.push_back(std::move(usage));
   }
   report.messages = messages_;
   report.message_bytes = message_bytes_;

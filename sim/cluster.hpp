@@ -23,6 +23,7 @@
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "ps/faults.hpp"
+#include "report/link_timeline.hpp"
 #include "report/run_report.hpp"
 #include "sim/message_network.hpp"
 #include "sim/platform.hpp"
@@ -224,7 +225,8 @@ class Cluster {
   // pstwin's own network model (sim.network_model "flow" or "fifo"); null: SimGrid shares bandwidth.
   MessageNetwork* network() { return network_.get(); }
 
-  void account(const SimNode& from, const SimNode& to, std::uint64_t bytes);
+  // A message of `bytes` on the wire from `start` to `end`: counted on every link it crossed.
+  void account(const SimNode& from, const SimNode& to, std::uint64_t bytes, Seconds start, Seconds end);
   void record_span(TraceSpan span);
   // Sees every span, before output.trace and its cap decide whether trace.json keeps it.
   void set_span_sink(std::function<void(const TraceSpan&)> sink) { span_sink_ = std::move(sink); }
@@ -253,6 +255,8 @@ class Cluster {
   std::map<std::string, SimNode*, std::less<>> by_address_;
   std::map<std::string, HostStaging> staging_;
   std::map<std::string, std::uint64_t> link_bytes_;
+  std::map<std::string, std::size_t> link_index_;  // into platform_.links and timeline_
+  LinkTimeline timeline_;
   std::uint64_t messages_ = 0;
   std::uint64_t message_bytes_ = 0;
   std::vector<TraceSpan> trace_;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <regex>
 #include <string>
 #include <thread>
@@ -306,6 +307,17 @@ TEST(Netns, LoadBalancingMovesBytesTowardsTheFastServers) {
   for (const auto& link : results["links"]) {
     EXPECT_TRUE(link.contains("phase_utilization")) << link.dump();
     EXPECT_TRUE(link.contains("drops")) << link.dump();
+    // Utilisation over time from the switch's sampled counters: 100 buckets over the job, adding up
+    // to no more than the link carried in all (the counters also see headers, ARP and TCP acks, and
+    // the job's first and last moments fall outside the samples).
+    ASSERT_TRUE(link.contains("over_time")) << link.dump();
+    const auto values = link["over_time"]["utilization"].get<std::vector<double>>();
+    ASSERT_EQ(values.size(), 100u) << link.dump();
+    const double bucket_bytes =
+        link["over_time"]["width_s"].get<double>() * link["bandwidth_Bps"].get<double>();
+    const double carried = std::accumulate(values.begin(), values.end(), 0.0) * bucket_bytes;
+    // Each value is rounded to 1e-4 of a bucket's capacity.
+    EXPECT_LE(carried, link["bytes"].get<double>() + 100 * 0.5e-4 * bucket_bytes + 1) << link.dump();
   }
 }
 

@@ -54,8 +54,10 @@ TEST(Plot, SimRunGivesPngAndSvgTitledFromTheScenario) {
   EXPECT_NE(iterations.find("analytic bound"), std::string::npos);
   // The description, from resolved.toml.
   EXPECT_NE(iterations.find("2 servers, 4 workers"), std::string::npos);
-  // Simulated links have a bandwidth: their utilisation is drawn.
+  // Simulated links have a bandwidth: their utilisation is drawn, in all and over time.
   EXPECT_NE(read_text(plots / "links.svg").find("simulated bandwidth 10 Gb/s"), std::string::npos);
+  expect_png(plots / "links_over_time.png");
+  EXPECT_NE(read_text(plots / "links_over_time.svg").find("link utilisation over time"), std::string::npos);
   // Nothing was trained.
   EXPECT_FALSE(std::filesystem::exists(plots / "accuracy.png"));
   // No --out: next to results.json, and the same bytes (fixed ids, no dates).

@@ -9,6 +9,8 @@ reads DIR/results.json (written by `pstwin sim` and `pstwin run`) and, where pre
     iterations   each iteration's time, with the mean and the analytic bound where one applies
     links        each link's utilisation of its bandwidth (simulated or emulated); bytes per link
                  where no bandwidth was simulated or emulated (loopback real runs)
+    links_over_time  the utilisation over time of the 8 links that carried most (simulated and
+                 namespace-cluster runs)
     accuracy     test accuracy against iteration and time (trained workloads only)
 
     pstwin_plot.py sweep DIR [--quiet]
@@ -340,6 +342,35 @@ def plot_run(directory, out, quiet):
         ax.grid(True, axis="y", alpha=0.3)
         fig.tight_layout()
         written += save(plt, fig, os.path.join(out, stem))
+
+    # Utilisation over time of the busiest links (by bytes), where the run recorded it.
+    timed = sorted((link for link in links if link.get("over_time", {}).get("utilization")),
+                   key=lambda link: (-link["bytes"], link["name"]))[:8]
+    if timed:
+        fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+        width_s = timed[0]["over_time"]["width_s"]
+        longest = max(len(link["over_time"]["utilization"]) for link in timed)
+        scale, unit = seconds_unit([width_s * longest])
+        for index, link in enumerate(timed):
+            values = link["over_time"]["utilization"]
+            width = link["over_time"]["width_s"]
+            colour, _ = style(index, len(timed))
+            # Each bucket drawn over its whole width: the last value repeated at the bucket's end.
+            ax.step([i * width * scale for i in range(len(values) + 1)],
+                    [100 * v for v in values] + [100 * values[-1]], where="post", color=colour, linestyle="-" if link["name"].endswith(".up") else "--",
+                    linewidth=1.2, label=link["name"])
+        ax.set_xlabel(f"{'simulated' if results.get('backend') == 'sim' else 'wall-clock'} time ({unit})")
+        ax.set_ylabel("utilisation (% of the link's bandwidth)")
+        ax.set_xlim(0, width_s * longest * scale)
+        ax.set_ylim(0, max(105.0, ax.get_ylim()[1]))
+        ax.grid(True, alpha=0.3)
+        more = len([link for link in links if link.get("over_time")]) - len(timed)
+        heading(ax, f"{title}: link utilisation over time",
+                f"the {len(timed)} links that carried most, in buckets of {width_s * scale:.3g} {unit}"
+                + (f" ({more} more in results.json)" if more > 0 else ""))
+        ax.legend(fontsize=7, ncol=2, loc="upper right")
+        fig.tight_layout()
+        written += save(plt, fig, os.path.join(out, "links_over_time"))
 
     accuracy = results.get("accuracy")
     points = accuracy_points(accuracy) if accuracy else []

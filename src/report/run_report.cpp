@@ -110,6 +110,11 @@ nlohmann::ordered_json to_json(const RunReport& r) {
     if (l.phase_utilization) link["phase_utilization"] = *l.phase_utilization;
     if (l.drops) link["drops"] = *l.drops;
     if (l.retransmitted) link["retransmitted"] = *l.retransmitted;
+    if (!l.over_time.empty()) {
+      ordered_json values = ordered_json::array();
+      for (const double u : l.over_time) values.push_back(std::round(u * 1e4) / 1e4);
+      link["over_time"] = {{"width_s", l.over_time_width_s}, {"utilization", std::move(values)}};
+    }
     j["links"].push_back(std::move(link));
   }
   if (r.emulation)
@@ -343,6 +348,10 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
     if (l.contains("phase_utilization")) link.phase_utilization = l["phase_utilization"].get<double>();
     if (l.contains("drops")) link.drops = l["drops"].get<std::uint64_t>();
     if (l.contains("retransmitted")) link.retransmitted = l["retransmitted"].get<std::uint64_t>();
+    if (l.contains("over_time")) {
+      link.over_time_width_s = l["over_time"].at("width_s");
+      link.over_time = l["over_time"].at("utilization").get<std::vector<double>>();
+    }
     r.links.push_back(std::move(link));
   }
   if (j.contains("network_emulation")) {

@@ -35,6 +35,10 @@ struct LinkUsage {
   // Namespace clusters only (absent elsewhere): utilisation over the push/pull phase (docs/FPT.md),
   // packets tbf dropped on this direction, TCP segments the host retransmitted (on `.up`).
   std::optional<double> phase_utilization = std::nullopt;
+  // Utilisation over time, where a bandwidth is known: one value per bucket of over_time_width_s
+  // from the run's start (simulated time, or the job's start on a namespace cluster).
+  std::vector<double> over_time = {};
+  double over_time_width_s = 0;
   std::optional<std::uint64_t> drops = std::nullopt;
   std::optional<std::uint64_t> retransmitted = std::nullopt;
 };
