@@ -16,8 +16,8 @@ namespace {
 }  // namespace
 
 std::string_view ucx_unavailable_reason() {
-  return "this pstwin was built without UCX (pkg-config found no \"ucx\" module): install libucx-dev "
-         "(Debian/Ubuntu) and rebuild, or use --van zmq or --van epoll";
+  return "this pstwin was built without UCX (PSTWIN_UCX=OFF, or pkg-config found no \"ucx\" module): install "
+         "libucx-dev (Debian/Ubuntu) and rebuild, or use --van zmq or --van epoll";
 }
 
 class UcxNodeRuntime::Worker {};
@@ -42,6 +42,9 @@ std::optional<std::string> RawUcxClient::welcome(int) {
   refuse_ucx();
 }
 void RawUcxClient::send(unsigned, std::span<const std::byte>, std::span<const std::byte>, bool) {
+  refuse_ucx();
+}
+void RawUcxClient::send_proof(std::span<const std::byte>, std::uint64_t) {
   refuse_ucx();
 }
 void RawUcxClient::send_frame(std::uint64_t, std::span<const std::byte>, std::span<const std::byte>, bool) {

@@ -216,23 +216,35 @@ bool flush_worker(ucp_worker_h worker, int event_fd, double timeout_s) {
   return false;
 }
 
-ucs_status_t close_endpoint(ucp_ep_h ep, bool force, std::size_t& closing) {
+// Starts closing `ep` (`force`: at once, dropping what is in flight; else after flushing it); the
+// request joins `closing` unless it closed at once.
+void close_endpoint(ucp_ep_h ep, bool force, std::vector<void*>& closing) {
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   if (force) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   }
-  param.cb.send = [](void* request, ucs_status_t, void* user_data) {
-    --*static_cast<std::size_t*>(user_data);
-    ucp_request_free(request);
-  };
-  param.user_data = &closing;
   void* request = ucp_ep_close_nbx(ep, &param);
-  if (request == nullptr) return UCS_OK;
-  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
-  ++closing;
-  return UCS_INPROGRESS;
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing.push_back(request);
+}
+
+// Frees the requests of `closing` that completed; true once none is left.
+bool reap_closed(std::vector<void*>& closing) {
+  std::erase_if(closing, [](void* request) {
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
+    ucp_request_free(request);
+    return true;
+  });
+  return closing.empty();
+}
+
+// Closes what is left of `closing` within `timeout_s`; a request still open then is given back to
+// UCX (it completes without us), so the worker can go.
+bool finish_closing(ucp_worker_h worker, int event_fd, std::vector<void*>& closing, double timeout_s) {
+  if (progress_until(worker, event_fd, timeout_s, [&] { return reap_closed(closing); })) return true;
+  for (void* request : closing) ucp_request_free(request);
+  closing.clear();
+  return false;
 }
 
 }  // namespace
@@ -291,21 +303,19 @@ class UcxNodeRuntime::Worker {
   }
 
   ~Worker() {
-    // The loop is over. Endpoints close after flushing (what a node sent last reaches its peer), the
-    // listener and worker after them.
-    std::size_t closing = 0;
+    // The loop is over, and linger() flushed what a node process sent last: the endpoints close at
+    // once (a flushing close would wait for peers whose loops have ended too), then the listener and
+    // the worker.
     for (auto& [address, link] : out_)
       for (const auto ep : {link->ep, link->data_ep})
-        if (ep != nullptr) close_endpoint(ep, true, closing);
+        if (ep != nullptr) close_endpoint(ep, true, closing_);
     for (auto& [id, link] : in_)
-      if (!link->closing && link->ep != nullptr) close_endpoint(link->ep, true, closing);
-    for (const auto ep : to_close_) close_endpoint(ep, true, closing);
+      if (!link->closing && link->ep != nullptr) close_endpoint(link->ep, true, closing_);
+    for (const auto ep : to_close_) close_endpoint(ep, true, closing_);
     to_close_.clear();
-    if (!progress_until(worker_.get(), event_fd_, kCloseWaitS, [&] { return closing == 0; })) {
-      // Forced: a peer that neither answers nor reports an error must not hold the node.
-      owner_.host_.log_line(owner_.options_.label + ": " + std::to_string(closing) +
-                            " UCX endpoint(s) did not close in time");
-    }
+    if (!finish_closing(worker_.get(), event_fd_, closing_, kCloseWaitS))
+      owner_.host_.log_line(owner_.options_.label + ": UCX endpoints did not close within " +
+                            std::to_string(static_cast<int>(kCloseWaitS)) + " s");
     listener_.reset();
     if (worker_address_ != nullptr) ucp_worker_release_address(worker_.get(), worker_address_);
     worker_.reset();
@@ -507,6 +517,7 @@ class UcxNodeRuntime::Worker {
       if (link->state == OutLink::State::kWelcomed) open_data(*link);
     for (const auto ep : to_close_) close_endpoint(ep, true, closing_);
     to_close_.clear();
+    reap_closed(closing_);
     for (const auto id : closed_) in_.erase(id);
     closed_.clear();
     if (retry_due_ && !retry_armed_ && !owner_.halting()) {
@@ -1043,7 +1054,7 @@ class UcxNodeRuntime::Worker {
   std::vector<std::uint64_t> closed_;  // accepted connections closed in this progress round
   std::set<Receiving*> receiving_;     // rendezvous receives in flight (owned; freed by their callback)
   std::set<Sending*> sending_;         // sends in flight (owned; freed by their callback)
-  std::size_t closing_ = 0;            // endpoint closes in flight
+  std::vector<void*> closing_;         // endpoint closes in flight
   bool retry_due_ = false;
   bool retry_armed_ = false;
   bool logged_lanes_ = false;
@@ -1151,9 +1162,9 @@ RawUcxClient::RawUcxClient(std::string_view address) : state_(std::make_unique<S
 }
 
 RawUcxClient::~RawUcxClient() {
-  std::size_t closing = 0;
+  std::vector<void*> closing;
   close_endpoint(state_->ep, /*force=*/false, closing);  // what was sent reaches the node first
-  progress_until(state_->worker.get(), state_->event_fd, kCloseWaitS, [&] { return closing == 0; });
+  finish_closing(state_->worker.get(), state_->event_fd, closing, kCloseWaitS);
 }
 
 std::optional<std::string> RawUcxClient::welcome(int timeout_ms) {
