@@ -143,6 +143,17 @@ std::string transport_names(const std::string& info, std::string_view marker, st
   return out;
 }
 
+// Whether `transports` ("tcp/lo, posix/memory, ...") holds one that is not shared memory.
+bool has_network_transport(std::string_view transports) {
+  std::size_t start = 0;
+  while (start < transports.size()) {
+    const auto end = std::min(transports.find(", ", start), transports.size());
+    if (!transports.substr(start, end - start).ends_with("/memory")) return true;
+    start = end + 2;
+  }
+  return false;
+}
+
 struct ContextDeleter {
   void operator()(ucp_context_h context) const { ucp_cleanup(context); }
 };
@@ -272,6 +283,17 @@ class UcxNodeRuntime::Worker {
     } catch (const std::runtime_error& e) {
       throw BindError("cannot bind " + owner.options_.bind + ": " + e.what());
     }
+    transports_ = transport_names(printed([&](FILE* out) { ucp_context_print_info(context_.get(), out); }),
+                                  "resource", "self/");
+    // Connections open through UCX's sockaddr connection manager, whose endpoints need a network
+    // transport (TCP, or verbs on an RDMA fabric); shared memory alone connects nothing.
+    if (!has_network_transport(transports_)) {
+      const char* tls = std::getenv("UCX_TLS");
+      throw BindError("cannot bind " + owner.options_.bind + ": UCX_TLS=\"" + (tls == nullptr ? "" : tls) +
+                      "\" leaves UCX no network transport to open connections with (it has: " +
+                      (transports_.empty() ? "none" : transports_) +
+                      "); add tcp (or rc/ud/dc on an RDMA fabric), e.g. UCX_TLS=sm,self,tcp, or unset it");
+    }
     if (const auto status = ucp_worker_get_efd(worker_.get(), &event_fd_); status != UCS_OK)
       throw BindError("cannot bind " + owner.options_.bind + ": UCX worker event fd: " + status_text(status));
     set_handler(RawUcxClient::kFrame, &dispatch<&Worker::on_frame_am>);
@@ -295,8 +317,6 @@ class UcxNodeRuntime::Worker {
     if (const auto status = ucp_listener_query(listener, &attr); status != UCS_OK)
       throw BindError("cannot bind " + owner.options_.bind + ": listener address: " + status_text(status));
     address_ = where->host + ":" + std::to_string(port_of(attr.sockaddr));
-    transports_ = transport_names(printed([&](FILE* out) { ucp_context_print_info(context_.get(), out); }),
-                                  "resource", "self/");
     if (const auto status = ucp_worker_get_address(worker_.get(), &worker_address_, &worker_address_bytes_);
         status != UCS_OK)
       throw BindError("cannot bind " + owner.options_.bind + ": UCX worker address: " + status_text(status));

@@ -2,14 +2,17 @@
 // between the nodes of a process or a host, TCP otherwise): every shipped sync scenario with real
 // payloads ends with the simulator's model, in one process and as `pstwin run --van ucx`; large
 // messages take UCX's rendezvous path; a malformed, oversized, forged or unauthenticated message is
-// refused and counted while the node goes on. Each test skips, saying why, in a build without UCX.
+// refused and counted while the node goes on; a UCX_TLS that leaves no network transport is refused
+// naming it. Each test skips, saying why, in a build without UCX.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -291,6 +294,31 @@ TEST(UcxVan, OutsiderWithoutTheTokenIsRefused) {
   for (const auto& [node, peers] : report.refused)
     for (const auto& [peer, count] : peers)
       EXPECT_EQ(peer, "127.0.0.1") << node << " refused a member's message: " << refusals_text(report);
+}
+
+// UCX_TLS that leaves only shared memory cannot open a connection (UCX's connection manager needs a
+// network transport): every node refuses to start, naming the variable and the fix, instead of
+// waiting out its connect timeout.
+TEST(UcxVan, UcxTlsWithoutANetworkTransportIsRefusedNamingIt) {
+  SKIP_WITHOUT_UCX();
+  const char* before = std::getenv("UCX_TLS");
+  const std::optional<std::string> saved =
+      before == nullptr ? std::nullopt : std::optional<std::string>(before);
+  setenv("UCX_TLS", "posix,self", 1);
+  const Scenario sc =
+      load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml", {{"output.trace", "false"}});
+  try {
+    realnet::run_local(sc, over_ucx());
+    ADD_FAILURE() << "a node started with UCX_TLS=posix,self";
+  } catch (const realnet::BindError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("UCX_TLS=\"posix,self\" leaves UCX no network transport"), std::string::npos) << text;
+    EXPECT_NE(text.find("add tcp"), std::string::npos) << text;
+  }
+  if (saved)
+    setenv("UCX_TLS", saved->c_str(), 1);
+  else
+    unsetenv("UCX_TLS");
 }
 
 TEST(UcxVan, SelectedByTheVanTypeOrTheRdmaSwitch) {
