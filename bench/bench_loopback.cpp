@@ -1,6 +1,6 @@
 // Loopback bench of the real backend against raw TCP, in one run: 1 scheduler, 1 server and 2
 // workers as in-process nodes on 127.0.0.1 (realnet::run_local) over the chosen van (zmq, the
-// default, or epoll), values of 4 KB, 1 MB and 16 MB.
+// default, epoll or ucx), values of 4 KB, 1 MB and 16 MB.
 //  - blocking latency: one value per iteration (push, ack, pull, response; sync mode, so each
 //    iteration waits for both workers), p50/p99 of the slowest worker's iteration time;
 //  - pipelined aggregate: many values per iteration, pushes bounded by ps.scheduling_credit,
@@ -10,11 +10,15 @@
 //    four such connections at once (the PS's two pushes and two replies, without the PS).
 // It prints both and the ratio, with the CPU seconds (user+sys) each phase used and the load
 // average: on a shared machine, wall times are noisy. Usage:
-//   bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
+//   bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
 //                  [--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N]
+//                  [--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]
 // --auth-ab N: instead, the cost of job authentication (PSTWIN_JOB_TOKEN): N rounds per size, each
 // measuring blocking latency and pipelined throughput with a token and without, in alternating
 // order; prints the medians of each and their ratio.
+// --vans LIST: instead, the vans of LIST side by side, interleaved over --rounds rounds (3); "ucx:TLS"
+// is the ucx van with UCX_TLS=TLS (ucx:tcp is UCX over TCP; plain ucx takes UCX_TLS as found, by
+// default shared memory between these co-located nodes).
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -281,6 +285,25 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// One round of the blocking and the pipelined job: the p50 iteration time and the throughput
+// (push + pull bytes of both workers per second).
+struct Sample {
+  double p50 = 0;
+  double Bps = 0;
+};
+
+Sample sample(std::uint64_t size, const Plan& plan, int credit, const Overrides& sets,
+              const pstwin::realnet::LocalRunOptions& options) {
+  const auto latency = steady(iteration_times(
+      pstwin::realnet::run_local(bench_scenario(size, 1, plan.latency_rounds, credit, sets), options)));
+  const auto pipeline = steady(iteration_times(pstwin::realnet::run_local(
+      bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets), options)));
+  double busy = 0;
+  for (const double t : pipeline) busy += t;
+  return {percentile(latency, 0.5), 2.0 * 2.0 * static_cast<double>(size) * plan.pipeline_values *
+                                        static_cast<double>(pipeline.size()) / busy};
+}
+
 // Authenticated (a random token: every connection proves membership once) against unauthenticated
 // runs, interleaved so that drift in the machine's load hits both alike.
 int auth_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, const Overrides& sets,
@@ -297,15 +320,9 @@ int auth_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, con
       for (int turn = 0; turn < 2; ++turn) {
         const int with_token = (round + turn) % 2;
         options.job_token = with_token ? std::nullopt : std::optional<std::string>("");
-        const auto latency = steady(iteration_times(
-            pstwin::realnet::run_local(bench_scenario(size, 1, plan.latency_rounds, credit, sets), options)));
-        p50[with_token].push_back(percentile(latency, 0.5));
-        const auto pipeline = steady(iteration_times(pstwin::realnet::run_local(
-            bench_scenario(size, plan.pipeline_values, plan.pipeline_iterations, credit, sets), options)));
-        double busy = 0;
-        for (const double t : pipeline) busy += t;
-        bps[with_token].push_back(2.0 * 2.0 * static_cast<double>(size) * plan.pipeline_values *
-                                  static_cast<double>(pipeline.size()) / busy);
+        const Sample got = sample(size, plan, credit, sets, options);
+        p50[with_token].push_back(got.p50);
+        bps[with_token].push_back(got.Bps);
       }
     std::printf("| %s | %.1f / %.1f us | %.3f | %.3f / %.3f GB/s | %.3f |\n", size_text(size).c_str(),
                 median(p50[1]) * 1e6, median(p50[0]) * 1e6, median(p50[1]) / median(p50[0]),
@@ -317,11 +334,105 @@ int auth_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, con
   return 0;
 }
 
+// One column of a van comparison: a van, and for ucx the UCX_TLS it runs with ("" leaves it as found).
+struct VanColumn {
+  std::string name;  // as given: "epoll", "ucx", "ucx:tcp"
+  pstwin::realnet::Van van;
+  std::optional<std::string> ucx_tls;
+};
+
+// "zmq,epoll,ucx,ucx:tcp": a column per van; "ucx:TLS" runs the ucx van with UCX_TLS=TLS.
+std::vector<VanColumn> parse_van_columns(const std::string& text) {
+  std::vector<VanColumn> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const auto colon = item.find(':');
+    const std::string van = item.substr(0, colon);
+    const auto parsed = pstwin::realnet::parse_van(van);
+    if (!parsed || (colon != std::string::npos && *parsed != pstwin::realnet::Van::kUcx))
+      throw std::invalid_argument("--vans: '" + item + "': expected " +
+                                  std::string(pstwin::realnet::kVanChoices) +
+                                  ", or ucx:UCX_TLS (e.g. ucx:tcp)");
+    if (const auto missing = pstwin::realnet::van_unavailable(*parsed); !missing.empty())
+      throw std::invalid_argument("--vans: " + item + ": " + std::string(missing));
+    out.push_back(
+        {item, *parsed,
+         colon == std::string::npos ? std::nullopt : std::optional<std::string>(item.substr(colon + 1))});
+  }
+  if (out.empty()) throw std::invalid_argument("--vans: expected at least one van");
+  return out;
+}
+
+// Several vans in one run, interleaved (each round runs every van, in a rotating order) so that drift
+// in the machine's load hits all alike; prints each van's median p50 latency and pipelined
+// throughput, and each van's throughput over the first van's.
+int van_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, const Overrides& sets,
+           pstwin::realnet::LocalRunOptions options, const std::vector<VanColumn>& vans, int rounds) {
+  const char* found_tls = std::getenv("UCX_TLS");
+  const std::optional<std::string> tls_before =
+      found_tls ? std::optional<std::string>(found_tls) : std::nullopt;
+  std::printf("vans compared, %d interleaved rounds; load average before: %s; %u CPUs; UCX_TLS %s\n", rounds,
+              load_average().c_str(), std::thread::hardware_concurrency(),
+              tls_before ? tls_before->c_str() : "unset");
+  std::string head = "| value |";
+  std::string rule = "| --- |";
+  for (const auto& van : vans) {
+    head += " p50 " + van.name + " |";
+    rule += " --- |";
+  }
+  for (const auto& van : vans) {
+    head += " pipelined " + van.name + " |";
+    rule += " --- |";
+  }
+  for (std::size_t v = 1; v < vans.size(); ++v) {
+    head += " " + vans[v].name + " / " + vans[0].name + " |";
+    rule += " --- |";
+  }
+  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
+  for (const auto size : sizes) {
+    const Plan plan = plan_for(size, quick);
+    std::vector<std::vector<double>> p50(vans.size()), bps(vans.size());
+    for (int round = 0; round < rounds; ++round)
+      for (std::size_t turn = 0; turn < vans.size(); ++turn) {
+        const std::size_t v = (static_cast<std::size_t>(round) + turn) % vans.size();
+        options.van = vans[v].van;
+        const auto& tls = vans[v].ucx_tls ? vans[v].ucx_tls : tls_before;
+        if (tls)
+          setenv("UCX_TLS", tls->c_str(), 1);
+        else
+          unsetenv("UCX_TLS");
+        const Sample got = sample(size, plan, credit, sets, options);
+        p50[v].push_back(got.p50);
+        bps[v].push_back(got.Bps);
+      }
+    std::string line = "| " + size_text(size) + " |";
+    char cell[64];
+    for (std::size_t v = 0; v < vans.size(); ++v) {
+      std::snprintf(cell, sizeof cell, " %.1f us |", median(p50[v]) * 1e6);
+      line += cell;
+    }
+    for (std::size_t v = 0; v < vans.size(); ++v) {
+      std::snprintf(cell, sizeof cell, " %.3f GB/s |", median(bps[v]) / 1e9);
+      line += cell;
+    }
+    for (std::size_t v = 1; v < vans.size(); ++v) {
+      std::snprintf(cell, sizeof cell, " %.2f |", median(bps[v]) / median(bps[0]));
+      line += cell;
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("load average after: %s (medians over the rounds)\n", load_average().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::uint64_t> sizes{4096, 1 << 20, 16 << 20};
   int auth_rounds = 0;
+  std::vector<VanColumn> van_columns;
+  int van_rounds = 3;
   int credit = 4;
   bool quick = false;
   std::string only;  // "", "latency", "pipelined" or "tcp": one part alone (for profiling)
@@ -347,6 +458,11 @@ int main(int argc, char** argv) {
           throw std::invalid_argument("--van " + van + ": expected " +
                                       std::string(pstwin::realnet::kVanChoices));
         run_options.van = *parsed;
+      } else if (arg == "--vans" && has_value) {
+        van_columns = parse_van_columns(argv[++i]);
+      } else if (arg == "--rounds" && has_value) {
+        van_rounds = std::stoi(argv[++i]);
+        if (van_rounds < 1) throw std::invalid_argument("--rounds: expected a number of rounds >= 1");
       } else if (arg == "--credit" && has_value) {
         credit = std::stoi(argv[++i]);
       } else if (arg == "--sizes" && has_value) {
@@ -367,8 +483,9 @@ int main(int argc, char** argv) {
       } else {
         throw std::invalid_argument(
             "unknown argument '" + arg +
-            "'; usage: bench_loopback [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
-            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N]");
+            "'; usage: bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
+            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N] "
+            "[--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]");
       }
     }
   } catch (const std::exception& e) {
@@ -376,6 +493,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (!van_columns.empty()) {
+    try {
+      return van_ab(sizes, credit, quick, sets, run_options, van_columns, van_rounds);
+    } catch (const std::exception& e) {
+      std::cerr << "bench_loopback: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (auth_rounds > 0) {
     try {
       return auth_ab(sizes, credit, quick, sets, run_options, auth_rounds);

@@ -6,7 +6,7 @@
 # "4KB". The machine's load is printed before and after: quote ratios, never the absolute figures
 # alone (docs/PERFORMANCE.md).
 #
-# usage: bench/compare_pslite.sh [--rounds N] [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--anchors DIR]
+# usage: bench/compare_pslite.sh [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR]
 #   --anchors: the folder holding ps-lite/ and harness/ (default: ../shared/anchors beside the
 #   repository). It is copied to build/anchors and built there once (ps-lite needs libprotobuf-dev
 #   and protobuf-compiler); bench_loopback must be built (cmake --build build --target bench_loopback).
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     --van) VAN=$2; shift 2 ;;
     --sizes) SIZES=$2; shift 2 ;;
     --anchors) ANCHORS=$2; shift 2 ;;
-    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll] [--sizes 4KB,1MB,16MB] [--anchors DIR]" >&2; exit 2 ;;
+    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR]" >&2; exit 2 ;;
   esac
 done
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "compare_pslite.sh: --rounds '$ROUNDS': expected a whole number >= 1" >&2; exit 2 ;; esac

@@ -1,7 +1,6 @@
 #include "realnet/epoll_runtime.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <climits>
 #include <optional>
 #include <stdexcept>
@@ -9,32 +8,13 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "realnet/host_port.hpp"
 
 namespace pstwin::realnet {
 
 namespace {
 
 constexpr double kRetryConnectS = 0.02;  // a refused peer's listener is tried again this often
-
-struct HostPort {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-// "HOST:PORT" (PORT "*" = 0 when `any_port`); nullopt if malformed.
-std::optional<HostPort> split_host_port(std::string_view text, bool any_port) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
-  HostPort out{std::string(text.substr(0, colon)), 0};
-  const std::string_view port = text.substr(colon + 1);
-  if (any_port && port == "*") return out;
-  unsigned value = 0;
-  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (error != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
-    return std::nullopt;
-  out.port = static_cast<std::uint16_t>(value);
-  return out;
-}
 
 EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
   const auto where = split_host_port(options.bind, /*any_port=*/true);

@@ -3,7 +3,7 @@
 // side answers with a MAC of it under a key derived from the token (libsodium: crypto_generichash to
 // derive, crypto_auth, HMAC-SHA-512-256, to prove, randombytes for the challenge). The token itself
 // never crosses the wire, and a recorded answer is worth nothing against the next challenge.
-// Both vans carry the same bytes: a challenge and a proof of kHandshakeBytes each.
+// Every van carries the same bytes: a challenge and a proof of kHandshakeBytes each.
 #pragma once
 
 #include <array>

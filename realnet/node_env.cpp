@@ -93,7 +93,8 @@ const std::vector<std::string>& node_env_variables() {
       "DMLC_NUM_SERVER", "DMLC_WORKER_ID", "DMLC_NUM_VALIDATOR", "DMLC_WORKER_TYPE", "DMLC_VALIDATOR_ID",
       "DMLC_NODE_HOST", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC", "BYTEPS_SERVER_ENGINE_THREAD",
       "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL", "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE",
-      "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN"};
+      "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN",
+      "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX"};
   return names;
 }
 
@@ -102,15 +103,10 @@ namespace {
 struct Unsupported {
   std::string_view name;
   std::string_view instead;
-  bool refused_unless_zero = false;  // it asks for something else than what runs: refuse it
 };
 
 // docs/ENVIRONMENT.md, "Not supported yet".
 constexpr std::array kUnsupported{
-    Unsupported{"DMLC_ENABLE_RDMA", "TCP only (ZeroMQ or epoll, see DMLC_PS_VAN_TYPE); unset it or set 0",
-                true},
-    Unsupported{"DMLC_ENABLE_UCX", "TCP only (ZeroMQ or epoll, see DMLC_PS_VAN_TYPE); unset it or set 0",
-                true},
     Unsupported{"DMLC_INTERFACE", "use DMLC_NODE_HOST"},
     Unsupported{"DMLC_NODE_PORT", "servers and workers bind a free port"},
     Unsupported{"DMLC_NUM_ALL_WORKER", ""},
@@ -159,8 +155,6 @@ std::vector<std::string> check_env_names(const Env& environment) {
     if (const auto entry = std::ranges::find(kUnsupported, std::string_view(name), &Unsupported::name);
         entry != kUnsupported.end()) {
       const std::string what = name + "=\"" + value + "\" is not supported yet";
-      if (entry->refused_unless_zero && !value.empty() && value != "0")
-        throw NodeEnvError(what + ": " + std::string(entry->instead));
       warnings.push_back(what + (entry->instead.empty() ? "" : " (" + std::string(entry->instead) + ")") +
                          "; ignored");
       continue;
@@ -333,6 +327,20 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
     if (!van) bad("DMLC_PS_VAN_TYPE", *v, std::string(kVanChoices) + " (the same for every node of the job)");
     out.van = *van;
   }
+  // BytePS users ask for RDMA with DMLC_ENABLE_RDMA=1 (ps-lite's UCX van with DMLC_ENABLE_UCX=1): both
+  // mean the UCX van, which uses RDMA where the fabric has it.
+  for (const std::string name : {"DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX"}) {
+    const auto* v = find(env, name);
+    if (v == nullptr || v->empty() || !flag(name, *v)) continue;
+    const auto* type = find(env, "DMLC_PS_VAN_TYPE");
+    if (type != nullptr && !type->empty() && out.van != Van::kUcx)
+      bad(name, *v,
+          "0 with DMLC_PS_VAN_TYPE=" + *type +
+              " (RDMA runs on the ucx van: unset DMLC_PS_VAN_TYPE or set it to ucx)");
+    out.van = Van::kUcx;
+  }
+  if (const auto missing = van_unavailable(out.van); !missing.empty())
+    throw NodeEnvError("DMLC_PS_VAN_TYPE=ucx (or DMLC_ENABLE_RDMA=1): " + std::string(missing));
   if (const auto* v = find(env, "PSTWIN_NIC_RATE"); v != nullptr && *v == "auto")
     out.nic_rate_auto = true;
   else if (v != nullptr)

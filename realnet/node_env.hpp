@@ -40,7 +40,7 @@ struct NodeEnv {
   bool force_distributed = false;                // BYTEPS_FORCE_DISTRIBUTED (accepted, no effect)
   int verbose = 0;                    // PS_VERBOSE: 0, 1 or 2, raised by BYTEPS_LOG_LEVEL (see docs)
   std::string log_level = "WARNING";  // BYTEPS_LOG_LEVEL, upper-cased
-  Van van = Van::kZmq;                // DMLC_PS_VAN_TYPE: zmq or epoll
+  Van van = Van::kZmq;                // DMLC_PS_VAN_TYPE: zmq, epoll or ucx (DMLC_ENABLE_RDMA=1: ucx)
   double nic_rate_Bps = 0;            // PSTWIN_NIC_RATE (bytes/s): the epoll van paces to shares of it
   bool nic_rate_auto = false;         // PSTWIN_NIC_RATE=auto: read from the kernel at start (nic_rate.hpp)
   bool kernel_pacing = false;         // PSTWIN_PACING=kernel: SO_MAX_PACING_RATE instead of the van's own
@@ -84,10 +84,9 @@ std::map<std::string, std::string> node_variables(const std::map<std::string, st
 const std::vector<std::string>& node_env_variables();
 
 // The rest of the environment's DMLC_*, BYTEPS_*, PS_* and PSTWIN_* variables, which parse_node_env
-// does not read (docs/ENVIRONMENT.md). A near miss of a variable pstwin knows (DMLC_PS_VAN_TYP) or a
-// request for what it does not support (DMLC_ENABLE_RDMA=1) throws NodeEnvError naming it; one of
-// the variables listed as not supported yet, or any other of these families, comes back as a
-// warning line: it is ignored.
+// does not read (docs/ENVIRONMENT.md). A near miss of a variable pstwin knows (DMLC_PS_VAN_TYP)
+// throws NodeEnvError naming it; one of the variables listed as not supported yet, or any other of
+// these families, comes back as a warning line: it is ignored.
 std::vector<std::string> check_env_names(const std::map<std::string, std::string>& environment);
 
 }  // namespace pstwin::realnet

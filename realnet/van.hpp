@@ -1,7 +1,8 @@
 // The van: which transport a real node's runtime uses (ps-lite's DMLC_PS_VAN_TYPE). "zmq" is
 // ZeroMQ (ZmqNodeRuntime, the default); "epoll" is FPT's epoll TCP transport with the send pool
-// (EpollNodeRuntime). Both speak the same 64-byte frame but not the same wire protocol: every node
-// of a job must use the same van.
+// (EpollNodeRuntime); "ucx" is UCX's UCP (UcxNodeRuntime: shared memory, TCP or RDMA, as UCX_TLS
+// allows). All speak the same 64-byte frame but not the same wire protocol: every node of a job must
+// use the same van.
 #pragma once
 
 #include <memory>
@@ -11,11 +12,13 @@
 
 namespace pstwin::realnet {
 
-enum class Van { kZmq, kEpoll };
+enum class Van { kZmq, kEpoll, kUcx };
 
 std::string_view van_name(Van van);
-std::optional<Van> parse_van(std::string_view text);  // "zmq" or "epoll"; nullopt otherwise
-inline constexpr std::string_view kVanChoices = "zmq, epoll";
+std::optional<Van> parse_van(std::string_view text);  // "zmq", "epoll" or "ucx"; nullopt otherwise
+inline constexpr std::string_view kVanChoices = "zmq, epoll, ucx";
+// Why `van` cannot run in this build ("" when it can): the UCX van needs pstwin built with UCX.
+std::string_view van_unavailable(Van van);
 
 class LoopRuntime;
 class LocalHost;

@@ -23,6 +23,7 @@
 #include "core/send_order.hpp"
 #include "fpt/message_pacer.hpp"
 #include "ps/ids.hpp"
+#include "realnet/event_fd.hpp"
 #include "realnet/job_auth.hpp"
 
 namespace pstwin::realnet {
@@ -46,29 +47,6 @@ std::string peer_host(zmq::message_t& frame) {
     return "unknown host";
   }
 }
-
-// Owns an eventfd: the wakeup other threads use to hand work to the I/O thread.
-class EventFd {
- public:
-  EventFd() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    if (fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
-  }
-  ~EventFd() { close(fd_); }
-  EventFd(const EventFd&) = delete;
-  EventFd& operator=(const EventFd&) = delete;
-  int fd() const { return fd_; }
-  void signal() const {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = write(fd_, &one, sizeof one);  // counter saturation is harmless
-  }
-  void drain() const {
-    std::uint64_t value = 0;
-    [[maybe_unused]] const auto n = read(fd_, &value, sizeof value);
-  }
-
- private:
-  int fd_;
-};
 
 // A frame that sends `payload`'s bytes without copying them: ZeroMQ's I/O thread reads them in
 // place and the frame keeps the payload's buffer alive until it is done with them.

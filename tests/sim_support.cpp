@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -60,6 +62,28 @@ std::string read_text(const std::filesystem::path& path) {
 
 nlohmann::json read_json(const std::filesystem::path& path) {
   return nlohmann::json::parse(read_text(path));
+}
+
+std::uint64_t refused_from(const RunReport& report, const std::string& node, const std::string& peer) {
+  const auto it = report.refused.find(node);
+  if (it == report.refused.end()) return 0;
+  const auto found = it->second.find(peer);
+  return found == it->second.end() ? 0 : found->second;
+}
+
+std::string address_of(const std::vector<std::pair<std::string, std::string>>& nodes,
+                       const std::string& label) {
+  for (const auto& [name, address] : nodes)
+    if (name == label) return address;
+  ADD_FAILURE() << "no node " << label;
+  return "";
+}
+
+std::string refusals_text(const RunReport& report) {
+  std::string out;
+  for (const auto& [node, peers] : report.refused)
+    for (const auto& [peer, count] : peers) out += node + " <- " + peer + ": " + std::to_string(count) + "\n";
+  return out;
 }
 
 std::filesystem::path fresh_dir(const std::string& name) {

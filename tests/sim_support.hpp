@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report/run_report.hpp"
+
 namespace pstwin::testing {
 
 struct CommandResult {
@@ -33,6 +35,15 @@ std::optional<ExploreFinding> first_finding(const std::string& explore_output);
 CommandResult run_replay(const std::string& replay, const std::filesystem::path& out);
 // A fresh, empty directory under the build tree's temp area, removed at exit of the test process.
 std::filesystem::path fresh_dir(const std::string& name);
+
+// What `node` of a real run refused from `peer` ("node 11", "127.0.0.1"): RunReport::refused.
+std::uint64_t refused_from(const RunReport& report, const std::string& node, const std::string& peer);
+// The address of the node labelled `label` ("server 0") in run_local's on_started list; "" (and a
+// test failure) if there is none.
+std::string address_of(const std::vector<std::pair<std::string, std::string>>& nodes,
+                       const std::string& label);
+// Every refusal of the run, a line "NODE <- PEER: COUNT" each, for a failing assertion's message.
+std::string refusals_text(const RunReport& report);
 
 // `pstwin ARGS...` as a child process run from the source tree, stdout and stderr captured in
 // `output`. `env` empty: it inherits this process's environment. SIGKILLed and reaped if it still

@@ -30,6 +30,7 @@
 #include "realnet/zmq_runtime.hpp"
 #include "scenario/scenario.hpp"
 #include "sim/simulation.hpp"
+#include "sim_support.hpp"
 
 namespace pstwin {
 namespace {
@@ -51,19 +52,8 @@ std::string failure_text(const RunReport& report) {
   return out;
 }
 
-std::uint64_t refused_from(const RunReport& report, const std::string& node, const std::string& peer) {
-  const auto it = report.refused.find(node);
-  if (it == report.refused.end()) return 0;
-  const auto found = it->second.find(peer);
-  return found == it->second.end() ? 0 : found->second;
-}
-
-std::string refusals_text(const RunReport& report) {
-  std::string out;
-  for (const auto& [node, peers] : report.refused)
-    for (const auto& [peer, count] : peers) out += node + " <- " + peer + ": " + std::to_string(count) + "\n";
-  return out;
-}
+using testing::refusals_text;
+using testing::refused_from;
 
 // ---- raw TCP
 
@@ -195,13 +185,7 @@ std::size_t idle_connection_budget() {
   return std::min<std::size_t>(2000, spare);
 }
 
-std::string address_of(const std::vector<std::pair<std::string, std::string>>& nodes,
-                       const std::string& label) {
-  for (const auto& [name, address] : nodes)
-    if (name == label) return address;
-  ADD_FAILURE() << "no node " << label;
-  return "";
-}
+using testing::address_of;
 
 class Adversary : public ::testing::TestWithParam<Van> {
  protected:

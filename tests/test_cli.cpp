@@ -278,7 +278,7 @@ TEST(Cli, SeedsOutOfRangeAreRefused) {
   EXPECT_EQ(read_json(dir / "max" / "results.json")["seed"].get<std::uint64_t>(), 18446744073709551615u);
 }
 
-// `pstwin node` names a misspelled variable or a request for RDMA (exit 2) and warns about what it
+// `pstwin node` names a misspelled variable or a bad DMLC_ENABLE_RDMA (exit 2) and warns about what it
 // ignores, before it binds or connects anything.
 TEST(Cli, NodeRefusesMisspelledAndUnsupportedVariables) {
   const auto dir = fresh_dir("node-env");
@@ -289,7 +289,7 @@ TEST(Cli, NodeRefusesMisspelledAndUnsupportedVariables) {
            {"DMLC_PS_VAN_TYP=epoll",
             "DMLC_PS_VAN_TYP=\"epoll\": not a variable pstwin reads; did you mean "
             "DMLC_PS_VAN_TYPE?"},
-           {"DMLC_ENABLE_RDMA=1", "DMLC_ENABLE_RDMA=\"1\" is not supported yet"},
+           {"DMLC_ENABLE_RDMA=yes", "DMLC_ENABLE_RDMA=\"yes\": expected 0 or 1"},
        }) {
     SCOPED_TRACE(var);
     const auto start = std::chrono::steady_clock::now();

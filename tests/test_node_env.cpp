@@ -132,12 +132,33 @@ TEST(NodeEnv, AMisspelledVariableIsRefusedWithTheNameMeant) {
   EXPECT_TRUE(check_env_names(env).empty());
 }
 
-TEST(NodeEnv, RdmaOrUcxAskedForIsRefusedOtherUnsupportedVariablesWarn) {
-  EXPECT_EQ(name_error_of({{"DMLC_ENABLE_RDMA", "1"}}),
-            "DMLC_ENABLE_RDMA=\"1\" is not supported yet: TCP only (ZeroMQ or epoll, see DMLC_PS_VAN_TYPE); "
-            "unset it or set 0");
-  EXPECT_NE(name_error_of({{"DMLC_ENABLE_UCX", "yes"}}).find("DMLC_ENABLE_UCX"), std::string::npos);
-  EXPECT_TRUE(check_env_names({{"DMLC_ENABLE_RDMA", "0"}}).size() == 1);  // a warning, not an error
+TEST(NodeEnv, RdmaOrUcxAskedForSelectsTheUcxVanOtherUnsupportedVariablesWarn) {
+  // BytePS's switch for RDMA, and ps-lite's for UCX: the ucx van, which uses RDMA where there is some.
+  for (const std::string name : {"DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX"}) {
+    Env env = worker_env();
+    env[name] = "0";
+    EXPECT_EQ(parse_node_env(env).van, realnet::Van::kZmq) << name;
+    env[name] = "1";
+    const bool ucx = realnet::van_unavailable(realnet::Van::kUcx).empty();
+    if (ucx) {
+      EXPECT_EQ(parse_node_env(env).van, realnet::Van::kUcx) << name;
+    } else {
+      EXPECT_NE(error_of(env).find("install libucx-dev"), std::string::npos) << name;
+    }
+    env["DMLC_PS_VAN_TYPE"] = "ucx";
+    if (ucx) {
+      EXPECT_EQ(parse_node_env(env).van, realnet::Van::kUcx) << name;
+    }
+    // Asking for RDMA on a TCP van is a contradiction, not a choice.
+    env["DMLC_PS_VAN_TYPE"] = "epoll";
+    EXPECT_EQ(error_of(env), name +
+                                 "=\"1\": expected 0 with DMLC_PS_VAN_TYPE=epoll (RDMA runs on the ucx "
+                                 "van: unset DMLC_PS_VAN_TYPE or set it to ucx)");
+    env.erase("DMLC_PS_VAN_TYPE");
+    env[name] = "yes";
+    EXPECT_EQ(error_of(env), name + "=\"yes\": expected 0 or 1");
+    EXPECT_TRUE(check_env_names({{name, "1"}}).empty()) << name;  // a variable pstwin reads
+  }
   const auto warnings = check_env_names({{"DMLC_INTERFACE", "eth0"}, {"BYTEPS_SOMETHING_NEW", "3"}});
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_EQ(warnings[0],

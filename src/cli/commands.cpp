@@ -404,6 +404,10 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
   job.netns = options.netns;
   job.kernel_partitions = options.kernel_partitions;
   job.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
+  if (const auto missing = realnet::van_unavailable(job.van); !missing.empty()) {
+    std::cerr << "pstwin: --van " << options.van << ": " << missing << "\n";
+    return 2;
+  }
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   RunReport report;
   try {

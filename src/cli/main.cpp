@@ -177,9 +177,10 @@ int main(int argc, char** argv) {
                 "switch drops every frame across the partition; TCP holds and retransmits), not by the nodes")
       ->needs("--netns");
   run->add_option("--van", run_options.van,
-                  "every node's transport: zmq (ZeroMQ, default) or epoll (FPT's epoll TCP transport with "
-                  "the send pool); sets DMLC_PS_VAN_TYPE for the nodes")
-      ->check(CLI::IsMember({"zmq", "epoll"}));
+                  "every node's transport: zmq (ZeroMQ, default), epoll (FPT's epoll TCP transport with "
+                  "the send pool) or ucx (UCX: shared memory, TCP or RDMA as UCX_TLS allows); sets "
+                  "DMLC_PS_VAN_TYPE for the nodes")
+      ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
 
   CompareOptions compare_options;
   auto* compare = app.add_subcommand(

@@ -1,0 +1,54 @@
+// Stands in for realnet/ucx_runtime.cpp when pstwin is built without UCX: the van is refused with the
+// package to install (realnet/CMakeLists.txt).
+#include <stdexcept>
+#include <string>
+
+#include "realnet/ucx_runtime.hpp"
+
+namespace pstwin::realnet {
+
+namespace {
+
+[[noreturn]] void refuse_ucx() {
+  throw std::runtime_error(std::string(ucx_unavailable_reason()));
+}
+
+}  // namespace
+
+std::string_view ucx_unavailable_reason() {
+  return "this pstwin was built without UCX (PSTWIN_UCX=OFF, or pkg-config found no \"ucx\" module): install "
+         "libucx-dev (Debian/Ubuntu) and rebuild, or use --van zmq or --van epoll";
+}
+
+class UcxNodeRuntime::Worker {};
+
+UcxNodeRuntime::UcxNodeRuntime(LocalHost& host, Options options) : LoopRuntime(host, std::move(options)) {
+  refuse_ucx();
+}
+UcxNodeRuntime::~UcxNodeRuntime() = default;
+void UcxNodeRuntime::bind_peer(NodeId, const std::string&) {}
+void UcxNodeRuntime::queue(Message) {}
+void UcxNodeRuntime::receive() {}
+void UcxNodeRuntime::flush() {}
+void UcxNodeRuntime::wait(long) {}
+void UcxNodeRuntime::wake() {}
+
+struct RawUcxClient::State {};
+RawUcxClient::RawUcxClient(std::string_view) {
+  refuse_ucx();
+}
+RawUcxClient::~RawUcxClient() = default;
+std::optional<std::string> RawUcxClient::welcome(int) {
+  refuse_ucx();
+}
+void RawUcxClient::send(unsigned, std::span<const std::byte>, std::span<const std::byte>, bool) {
+  refuse_ucx();
+}
+void RawUcxClient::send_proof(std::span<const std::byte>, std::uint64_t) {
+  refuse_ucx();
+}
+void RawUcxClient::send_frame(std::uint64_t, std::span<const std::byte>, std::span<const std::byte>, bool) {
+  refuse_ucx();
+}
+
+}  // namespace pstwin::realnet
