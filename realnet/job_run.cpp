@@ -387,6 +387,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
   report.scenario = sc.name;
   report.backend = "real";
   report.seed = sc.seed;
+  report.lb_chosen = sc.lb_chosen;
   std::map<std::uint32_t, double> slowest;
   std::map<std::uint64_t, std::string> digests;
   std::ostringstream failures;

@@ -86,6 +86,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   report.backend = "real";
   report.van = std::string(van_name(options.van));
   report.seed = sc.seed;
+  report.lb_chosen = sc.lb_chosen;
   std::ostringstream stuck;
   for (const auto& node : nodes)
     if (!node->stopped()) stuck << "\n    " << node->describe();

@@ -210,6 +210,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   report.scenario = sc.name;
   report.backend = "sim";
   report.seed = sc.seed;
+  report.lb_chosen = sc.lb_chosen;
   const Seconds run_time =
       cluster.failed() || cluster.last_stop() > 0 ? cluster.last_stop() : s4u::Engine::get_clock();
   bool all_stopped = true;

@@ -134,6 +134,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   else
     j["bound"] = nullptr;
   if (r.balancing) j["balancing"] = balancing_json(*r.balancing);
+  if (r.lb_chosen) j["lb"] = {{"chosen", lb_choice_json(*r.lb_chosen)}};
   if (r.faults) j["faults"] = faults_json(*r.faults);
   if (r.breakdown) j["breakdown"] = breakdown_json(*r.breakdown);
   j["nodes"] = ordered_json::array();
@@ -168,6 +169,30 @@ nlohmann::ordered_json breakdown_json(const TimeBreakdown& b) {
                             {"send_s", s.send_s},
                             {"idle_s", s.idle_s}});
   return j;
+}
+
+nlohmann::ordered_json lb_choice_json(const LbChoice& c) {
+  std::vector<std::string> chosen;  // the fields pstwin chose (the others the scenario set)
+  if (c.chose_partition_bytes) chosen.emplace_back("ps.partition_bytes");
+  if (c.chose_scheduling_credit) chosen.emplace_back("ps.scheduling_credit");
+  if (c.chose_push_pull) chosen.emplace_back("ps.push_pull");
+  return {{"partition_bytes", c.partition_bytes},
+          {"scheduling_credit", c.scheduling_credit},
+          {"fused", c.fused},
+          {"chosen_fields", chosen}};
+}
+
+LbChoice lb_choice_from_json(const nlohmann::json& j) {
+  LbChoice c{.partition_bytes = j.at("partition_bytes"),
+             .scheduling_credit = j.at("scheduling_credit"),
+             .fused = j.at("fused")};
+  for (const auto& field : j.at("chosen_fields")) {
+    const auto name = field.get<std::string>();
+    c.chose_partition_bytes |= name == "ps.partition_bytes";
+    c.chose_scheduling_credit |= name == "ps.scheduling_credit";
+    c.chose_push_pull |= name == "ps.push_pull";
+  }
+  return c;
 }
 
 nlohmann::ordered_json balancing_json(const BalancingReport& b) {
@@ -363,6 +388,7 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   if (!j.at("bound").is_null())
     r.bound = Bound{j["bound"].at("time_s"), j["bound"].at("formula"), j["bound"].value("achieved_s", 0.0)};
   if (j.contains("balancing")) r.balancing = balancing_from_json(j["balancing"]);
+  if (j.contains("lb")) r.lb_chosen = lb_choice_from_json(j["lb"].at("chosen"));
   if (j.contains("selection")) r.selection = selection_from_json(j["selection"]);
   if (j.contains("validation")) r.validation = validation_from_json(j["validation"]);
   if (j.contains("late_pushes")) r.late_pushes = j["late_pushes"].get<std::uint64_t>();
@@ -744,6 +770,14 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
     out << "  load balancing: " << r.balancing->decisions.size() << " decisions, last version "
         << r.balancing->decisions.back().version << "; balanced iterations "
         << r.balancing->balanced_iterations << ", mean " << r.balancing->balanced_mean_s << " s\n";
+  if (r.lb_chosen) {
+    const LbChoice& c = *r.lb_chosen;
+    auto origin = [](bool chosen) { return chosen ? " (chosen)" : " (set)"; };
+    out << "  load-balancing partitioning: ps.partition_bytes = " << c.partition_bytes
+        << origin(c.chose_partition_bytes) << ", ps.scheduling_credit = " << c.scheduling_credit
+        << origin(c.chose_scheduling_credit) << ", ps.push_pull = " << (c.fused ? "fused" : "separate")
+        << origin(c.chose_push_pull) << "\n";
+  }
   out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s
       << " s\n";
   double busiest = 0;

@@ -96,6 +96,9 @@ struct AccuracyCurve {
 nlohmann::ordered_json accuracy_json(const AccuracyCurve& accuracy);
 nlohmann::ordered_json balancing_json(const BalancingReport& balancing);
 BalancingReport balancing_from_json(const nlohmann::json& json);
+// results.json `lb.chosen`: the partitioning values, and which of them pstwin chose ("chosen_fields").
+nlohmann::ordered_json lb_choice_json(const LbChoice& choice);
+LbChoice lb_choice_from_json(const nlohmann::json& json);
 AccuracyCurve accuracy_from_json(const nlohmann::json& json);
 
 // ZenoPS validators: how many workers' updates they judged and accepted, per worker rank.
@@ -219,6 +222,7 @@ struct RunReport {
   std::optional<StalenessSummary> staleness;    // async with ps.max_staleness (in-process backends)
   std::optional<Bound> bound;
   std::optional<BalancingReport> balancing;
+  std::optional<LbChoice> lb_chosen;       // results.json `lb.chosen`
   std::optional<FaultCounts> faults;       // scenarios with [faults] or ps.resend (sim)
   std::optional<TimeBreakdown> breakdown;  // sim
   // Real runs: what each node refused (malformed, forged, unauthenticated, over the limits), by node,

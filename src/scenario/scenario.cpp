@@ -28,6 +28,7 @@
 
 #include "core/digest.hpp"
 #include "core/edit_distance.hpp"
+#include "scenario/lb_tuning.hpp"
 #include "scenario/resources.hpp"
 #include "scenario/units.hpp"
 
@@ -931,16 +932,19 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("ps.mode", PSTWIN_MEMBER(ps.mode), EnumCodec<TrainingMode>{kModeNames},
                          "`sync`: each iteration aggregates every worker's push before anyone pulls; "
                          "`async`: servers apply each push as it arrives."));
-  f.push_back(make_field("ps.partition_bytes", PSTWIN_MEMBER(ps.partition_bytes), SizeCodec{4, 4},
-                         "Tensors are split into partitions of at most this size (BYTEPS_PARTITION_BYTES)."));
+  f.push_back(make_field(
+      "ps.partition_bytes", PSTWIN_MEMBER(ps.partition_bytes), SizeCodec{4, 4},
+      "Tensors are split into partitions of at most this size (BYTEPS_PARTITION_BYTES). With ps.balancing "
+      "= \"lb\" and the field left out: chosen from the cluster's links (docs/FPT.md)."));
   f.push_back(make_field("ps.key_hash", PSTWIN_MEMBER(ps.key_hash), EnumCodec<KeyHash>{kKeyHashNames},
                          "Hash that assigns partition keys to servers (BYTEPS_KEY_HASH_FN)."));
   f.push_back(make_field("ps.server_engine_threads", PSTWIN_MEMBER(ps.server_engine_threads), IntCodec{1},
                          "Summation threads per server (BYTEPS_SERVER_ENGINE_THREAD)."));
-  f.push_back(
-      make_field("ps.scheduling_credit", PSTWIN_MEMBER(ps.scheduling_credit), IntCodec{0},
-                 "Partitions a worker may have pushed and not yet acknowledged (BYTEPS_SCHEDULING_CREDIT); "
-                 "0: no limit, so pull requests queue behind every remaining push."));
+  f.push_back(make_field(
+      "ps.scheduling_credit", PSTWIN_MEMBER(ps.scheduling_credit), IntCodec{0},
+      "Partitions a worker may have pushed and not yet acknowledged (BYTEPS_SCHEDULING_CREDIT); "
+      "0: no limit, so pull requests queue behind every remaining push. With ps.balancing = \"lb\": per "
+      "server, and where left out chosen from the links' bandwidth-delay product (docs/FPT.md)."));
   f.push_back(make_field(
       "ps.priority_scheduling", PSTWIN_MEMBER(ps.priority_scheduling), BoolCodec{},
       "Earlier tensors first (BytePS/ByteScheduler priorities: tensor t has priority -t) in the worker's "
@@ -949,7 +953,7 @@ std::vector<Field> make_registry() {
       "ps.push_pull", PSTWIN_MEMBER(ps.push_pull), EnumCodec<PushPullMode>{kPushPullNames},
       "`separate`: push, then pull once the push is acknowledged (BytePS); `fused`: one push_pull request "
       "whose reply carries the aggregate (ps-lite's ZPushPull): one round trip per partition instead of "
-      "two."));
+      "two. With ps.balancing = \"lb\" and the field left out: fused unless the job has validators."));
   f.push_back(make_field("ps.heartbeat_interval", PSTWIN_MEMBER(ps.heartbeat_interval_s), positive_duration,
                          "Time between a node's heartbeats to the scheduler."));
   f.push_back(make_field("ps.heartbeat_timeout", PSTWIN_MEMBER(ps.heartbeat_timeout_s), positive_duration,
@@ -1603,6 +1607,7 @@ class Validator {
     }
     check_name();
     check_tensors();
+    choose_lb_tuning();
     // Before anything sized by the scenario is built (hosts, tensors, nodes).
     if (const auto problem = check_resources(s_)) fail(problem->field, problem->problem);
     check_hosts();
@@ -1627,6 +1632,26 @@ class Validator {
   }
 
  private:
+  // ps.balancing = "lb": the fields the scenario (file or --set) left out take the tuned values, so
+  // every node that loads the same scenario runs the same partitions (job_fields has them).
+  void choose_lb_tuning() const {
+    if (s_.lb.balancing != Balancing::kLb) return;
+    LbChoice choice;
+    choice.chose_partition_bytes = find_node(root_, "ps.partition_bytes") == nullptr;
+    const LbTuning tuning =
+        lb_tuning(s_, choice.chose_partition_bytes ? std::nullopt : std::optional(s_.ps.partition_bytes));
+    choice.chose_scheduling_credit = find_node(root_, "ps.scheduling_credit") == nullptr;
+    choice.chose_push_pull = find_node(root_, "ps.push_pull") == nullptr;
+    if (choice.chose_partition_bytes) s_.ps.partition_bytes = tuning.partition_bytes;
+    if (choice.chose_scheduling_credit) s_.ps.scheduling_credit = tuning.scheduling_credit;
+    if (choice.chose_push_pull)
+      s_.ps.push_pull = tuning.fused ? PushPullMode::kFused : PushPullMode::kSeparate;
+    choice.partition_bytes = s_.ps.partition_bytes;
+    choice.scheduling_credit = s_.ps.scheduling_credit;
+    choice.fused = s_.ps.push_pull == PushPullMode::kFused;
+    s_.lb_chosen = choice;
+  }
+
   // "where: path = value", the value as the file wrote it or else as resolved.
   std::string at(std::string_view path, bool with_where = true) const {
     const toml::node* node = find_node(root_, path);

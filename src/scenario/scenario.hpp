@@ -304,6 +304,18 @@ struct FaultsConfig {
   bool any() const { return drops_or_doubles() || !clogs.empty() || !slow.empty() || !crashes.empty(); }
 };
 
+// ps.balancing = "lb": the partitioning the run uses, each value chosen by pstwin from the cluster's
+// links where the scenario left the field unset, else the scenario's (src/scenario/lb_tuning.hpp).
+struct LbChoice {
+  std::uint64_t partition_bytes = 0;
+  int scheduling_credit = 0;
+  bool fused = false;
+  bool chose_partition_bytes = false;  // false: the scenario (or --set) gave ps.partition_bytes
+  bool chose_scheduling_credit = false;
+  bool chose_push_pull = false;
+  friend bool operator==(const LbChoice&, const LbChoice&) = default;
+};
+
 struct Scenario {
   std::string name = "unnamed";
   std::string description;
@@ -324,6 +336,7 @@ struct Scenario {
   RunConfig run;
   FaultsConfig faults;
   LbConfig lb;
+  std::optional<LbChoice> lb_chosen;  // ps.balancing = "lb" only
 
   std::string source_path;  // the file it was loaded from ("" if built in code)
   std::vector<std::pair<std::string, std::string>> overrides;  // --set FIELD=VALUE, in order

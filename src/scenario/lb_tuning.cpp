@@ -1,0 +1,92 @@
+#include "scenario/lb_tuning.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace pstwin {
+
+namespace {
+
+// The slowest aggregator's share should span this many partitions. A sync iteration fills and drains
+// the pipeline: an aggregator answers a key only once every worker's push of it is in, so its uplink
+// starts about a credit's worth of partitions late and its downlink idles as long at the end, c p of
+// its share M_j each way. With c about 3, M_j / p = 100 keeps that near 3 %; it also keeps the load
+// balancer's whole-partition shares within 1 % of the proportional ones.
+constexpr double kPartitionsPerShare = 100;
+// What one message costs beyond its bytes: the epoll van pipelines 4 KB messages at 0.35 GB/s, about
+// 12 us each (docs/PERFORMANCE.md), and the share of a partition's wire time that may go to it.
+constexpr double kMessageCost_s = 10e-6;
+constexpr double kMessageCostShare = 0.1;
+// The balancer measures every aggregator in its probes (an equal split) and a rate needs two messages
+// from a worker: at least this many partitions per aggregator, whatever a message costs.
+constexpr double kMinPartitionsPerAggregator = 4;
+// BytePS's default: larger partitions only delay the first aggregate.
+constexpr std::uint64_t kMaxPartition = 4096000;
+constexpr std::uint64_t kPartitionStep = 4096;
+// Pushes in flight per server beyond the round trip's bytes: one arriving while the previous one's
+// aggregate comes back.
+constexpr int kBaseCredit = 2;
+constexpr int kMaxCredit = 32;
+
+// `value` limited to [low, high]; NaN (an infinite bandwidth over an infinite sum) counts as `high`.
+double bounded(double value, double low, double high) {
+  return value >= low ? std::min(value, high) : (value < low ? low : high);
+}
+
+}  // namespace
+
+LbTuning lb_tuning(const Scenario& scenario, std::optional<std::uint64_t> partition_bytes) {
+  std::vector<double> aggregators;  // receive bandwidth of every node that may own keys
+  double max_server_latency = 0;
+  for (int j = 0; j < scenario.roles.servers; ++j) {
+    const LinkSpec link = scenario.host_link(scenario.server_host_name(j));
+    aggregators.push_back(link.bandwidth_Bps);
+    max_server_latency = std::max(max_server_latency, link.latency_s);
+  }
+  double max_worker_bandwidth = 0;
+  double max_worker_latency = 0;
+  for (int w = 0; w < scenario.roles.workers; ++w) {
+    const LinkSpec link = scenario.host_link(scenario.worker_host_name(w));
+    max_worker_bandwidth = std::max(max_worker_bandwidth, link.bandwidth_Bps);
+    max_worker_latency = std::max(max_worker_latency, link.latency_s);
+    if (scenario.lb.worker_aggregators) aggregators.push_back(link.bandwidth_Bps);
+  }
+  const auto declared = scenario.declared_tensor_bytes();
+  const double model_bytes = std::accumulate(declared.begin(), declared.end(), 0.0,
+                                             [](double sum, std::uint64_t bytes) { return sum + bytes; });
+  const double total_bandwidth = std::accumulate(aggregators.begin(), aggregators.end(), 0.0);
+  const double slowest = *std::ranges::min_element(aggregators);
+
+  // Fine-grained: the slowest aggregator's proportional share (M B_min / sum B) in kPartitionsPerShare
+  // partitions. Not so small that per-message costs show: a partition takes at least
+  // kMessageCost / kMessageCostShare on the fastest link it crosses (a worker's or a server's), unless
+  // the balancer could then not measure every aggregator.
+  const double fine = model_bytes * slowest / (kPartitionsPerShare * total_bandwidth);
+  const double fastest = std::max(max_worker_bandwidth, *std::ranges::max_element(aggregators));
+  const double cheap = kMessageCost_s / kMessageCostShare * fastest;
+  const double measurable =
+      model_bytes / (kMinPartitionsPerAggregator * static_cast<double>(aggregators.size()));
+  const double wanted =
+      bounded(std::min(std::max(fine, cheap), measurable), 0, static_cast<double>(kMaxPartition));
+  const auto steps = static_cast<std::uint64_t>(wanted / static_cast<double>(kPartitionStep));
+  LbTuning tuning;
+  tuning.partition_bytes = partition_bytes.value_or(wanted >= static_cast<double>(kMaxPartition)
+                                                        ? kMaxPartition
+                                                        : std::max<std::uint64_t>(1, steps) * kPartitionStep);
+
+  // Credit per server: the bytes a worker can send during one round trip to a server (its
+  // bandwidth-delay product), in partitions, on top of kBaseCredit.
+  const double round_trip = 2 * (max_worker_latency + max_server_latency);
+  const double in_flight = max_worker_bandwidth * round_trip / static_cast<double>(tuning.partition_bytes);
+  tuning.scheduling_credit =
+      kBaseCredit + static_cast<int>(std::ceil(bounded(in_flight, 0, kMaxCredit - kBaseCredit)));
+
+  // Fused: a separate pull waits behind up to `credit` queued pushes to a slow server. Validators
+  // need the pull separate (the aggregate waits for their verdict).
+  tuning.fused = scenario.roles.validators == 0;
+  return tuning;
+}
+
+}  // namespace pstwin
