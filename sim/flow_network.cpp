@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <stdexcept>
 #include <xbt/config.hpp>
@@ -34,16 +33,7 @@ int MaxMinFlows::add_link(double capacity) {
 }
 
 std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, double bound,
-                                    std::vector<Use> uses) {
-  // One entry per link (a route and its reverse could share one).
-  std::sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) { return a.link < b.link; });
-  std::vector<Use> merged;
-  for (const auto& use : uses) {
-    if (!merged.empty() && merged.back().link == use.link)
-      merged.back().weight += use.weight;
-    else
-      merged.push_back(use);
-  }
+                                    const std::vector<Use>& uses) {
   std::uint64_t id = flows_.size();
   if (!free_ids_.empty()) {
     id = *free_ids_.begin();
@@ -53,19 +43,31 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
   }
   ++active_;
   Flow& flow = flows_[id];
-  flow = Flow{};
+  // A reused id keeps its uses' storage: a flow per message would otherwise allocate each time.
+  flow.uses.assign(uses.begin(), uses.end());
+  // One entry per link (a route and its reverse could share one).
+  std::sort(flow.uses.begin(), flow.uses.end(), [](const Use& a, const Use& b) { return a.link < b.link; });
+  std::size_t kept = 0;
+  for (const auto& use : flow.uses) {
+    if (kept > 0 && flow.uses[kept - 1].link == use.link)
+      flow.uses[kept - 1].weight += use.weight;
+    else
+      flow.uses[kept++] = use;
+  }
+  flow.uses.resize(kept);
   flow.active = true;
   flow.penalty = penalty;
   flow.bound = bound;
-  flow.uses = std::move(merged);
   flow.bottleneck = -2;  // not placed yet; `finish` holds its bytes
   flow.finish = bytes;
-  std::vector<int> dirty;
+  flow.bound_rate = 0;
+  flow.seen = 0;
+  dirty_.clear();
   for (const auto& use : flow.uses) {
     links_[static_cast<std::size_t>(use.link)].flows.push_back(id);
-    dirty.push_back(use.link);
+    dirty_.push_back(use.link);
   }
-  relevel(now, dirty, id);
+  relevel(now, id);
   return id;
 }
 
@@ -88,17 +90,17 @@ void MaxMinFlows::remove_flow(double now, std::uint64_t id) {
     links_[static_cast<std::size_t>(flow.bottleneck)].done.erase({flow.finish, id});
     refresh_completion(flow.bottleneck);
   }
-  std::vector<int> dirty;
+  dirty_.clear();
   for (const auto& use : flow.uses) {
     auto& ids = links_[static_cast<std::size_t>(use.link)].flows;
     ids.erase(std::find(ids.begin(), ids.end(), id));
-    dirty.push_back(use.link);
+    dirty_.push_back(use.link);
   }
   flow.active = false;
   flow.uses.clear();
   free_ids_.insert(id);
   --active_;
-  relevel(now, dirty, kNoFlow);
+  relevel(now, kNoFlow);
 }
 
 double MaxMinFlows::rate(std::uint64_t id) const {
@@ -125,8 +127,9 @@ double MaxMinFlows::cap_level(const Flow& flow, int except) const {
 
 // The level at which this link saturates, given the level at which each of its flows is capped
 // elsewhere (its other links or its bound): water filling over the link's flows.
-double MaxMinFlows::water_level(int index) const {
+double MaxMinFlows::water_level(int index, double& slack) const {
   const Link& link = links_[static_cast<std::size_t>(index)];
+  slack = 0;
   auto& capped = scratch_;  // (cap level, weight / penalty)
   capped.clear();
   double free_weight = 0;
@@ -149,7 +152,11 @@ double MaxMinFlows::water_level(int index) const {
     // Common case for a wide uplink: every flow is held below it elsewhere and it cannot fill.
     double demand = 0;
     for (const auto& [cap, w] : capped) demand += w * cap;
-    if (demand < link.capacity) return kInf;
+    if (demand < link.capacity) {
+      // Kept a hair under the exact slack so that rounding in what is spent never hides a fill.
+      slack = (link.capacity - demand) * (1 - 1e-9);
+      return kInf;
+    }
   }
   std::sort(capped.begin(), capped.end());
   double weight = free_weight;
@@ -197,20 +204,25 @@ void MaxMinFlows::refresh_completion(int index) {
   link_done_.insert({next, index});
 }
 
-void MaxMinFlows::relevel(double now, const std::vector<int>& dirty, std::uint64_t fresh) {
+void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
   ++pass_;
-  std::vector<int> refresh;
-  std::vector<std::uint64_t> touched;
+  auto& refresh = refresh_;
+  auto& touched = touched_;
+  auto& queue = queue_;  // FIFO: read from `head`
+  refresh.clear();
+  touched.clear();
+  queue.clear();
+  std::size_t head = 0;
   auto touch = [&](std::uint64_t id) {
     if (flows_[id].seen == pass_) return;
     flows_[id].seen = pass_;
     touched.push_back(id);
   };
+  // A flow's bottleneck only moves when one of its levels does (those touch it below), or when it
+  // is new.
   if (fresh != kNoFlow) touch(fresh);
-  std::deque<int> queue;
-  for (const int index : dirty) {
+  for (const int index : dirty_) {
     refresh.push_back(index);
-    for (const auto id : links_[static_cast<std::size_t>(index)].flows) touch(id);
     if (!links_[static_cast<std::size_t>(index)].queued) {
       links_[static_cast<std::size_t>(index)].queued = true;
       queue.push_back(index);
@@ -220,16 +232,17 @@ void MaxMinFlows::relevel(double now, const std::vector<int>& dirty, std::uint64
   std::size_t steps = 0;
   const std::size_t step_limit = 64 * (links_.size() + 16);
   bool converged = true;
-  while (!queue.empty()) {
-    const int index = queue.front();
-    queue.pop_front();
+  while (head < queue.size()) {
+    const int index = queue[head++];
     Link& link = links_[static_cast<std::size_t>(index)];
     link.queued = false;
     if (++steps > step_limit) {
       converged = false;
       continue;  // drain the queue, then solve exactly
     }
-    const double level = water_level(index);
+    double slack = 0;
+    const double level = water_level(index, slack);
+    link.slack = slack;
     const double old = link.level;
     if (same_level(level, old)) continue;
     advance(link, now);
@@ -242,8 +255,16 @@ void MaxMinFlows::relevel(double now, const std::vector<int>& dirty, std::uint64
         if (use.link == index) continue;
         Link& other = links_[static_cast<std::size_t>(use.link)];
         // A saturated link only sees this one if the flow may be capped below its level; an
-        // unsaturated one can only fill up if this level rose.
-        const bool matters = std::isinf(other.level) ? level > old : low < other.level;
+        // unsaturated one can only fill up if this level rose, by more than its slack.
+        bool matters = low < other.level;
+        if (std::isinf(other.level) && level > old) {
+          // The flow's cap rises by at most the rise of this level, its demand on `other` by that
+          // times its weight there.
+          other.slack -= std::isinf(level) ? kInf : (level - old) * use.weight / flows_[id].penalty;
+          matters = !(other.slack > 0);
+        } else if (std::isinf(other.level)) {
+          matters = false;
+        }
         if (matters && !other.queued) {
           other.queued = true;
           queue.push_back(use.link);
@@ -254,6 +275,8 @@ void MaxMinFlows::relevel(double now, const std::vector<int>& dirty, std::uint64
   if (!converged) {
     // Local re-levelling did not settle: take every level from the exact solution.
     const auto levels = exact_levels();
+    // Rises the drained queue never spent: no slack is known any more.
+    for (auto& link : links_) link.slack = 0;
     for (std::size_t i = 0; i < links_.size(); ++i) {
       if (same_level(levels[i], links_[i].level)) continue;
       advance(links_[i], now);

@@ -36,7 +36,8 @@ class MaxMinFlows {
 
   int add_link(double capacity);  // bytes per second; returns the link's index
   // A flow of `bytes` over `uses`, rate <= bound; joins the sharing at `now`. Returns its id.
-  std::uint64_t add_flow(double now, double bytes, double penalty, double bound, std::vector<Use> uses);
+  std::uint64_t add_flow(double now, double bytes, double penalty, double bound,
+                         const std::vector<Use>& uses);
   // Earliest completion as (time, flow id); time is infinity if no flow is in progress.
   std::pair<double, std::uint64_t> next_completion() const;
   void remove_flow(double now, std::uint64_t id);  // completed (or abandoned) at `now`
@@ -63,13 +64,17 @@ class MaxMinFlows {
     double clock = 0;           // integral of level over time, up to `updated`
     double updated = 0;
     bool queued = false;
+    // While unsaturated: a lower bound on capacity minus the demand of its flows at their caps. A
+    // neighbour's rising level spends it; only when it runs out can this link fill, so only then is
+    // it re-levelled (with many flows, almost every neighbour of a moved level stays unsaturated).
+    double slack = 0;
     std::vector<std::uint64_t> flows;                 // every flow using it
     std::set<std::pair<double, std::uint64_t>> done;  // bottlenecked flows by virtual finish
   };
   void advance(Link& link, double now);
-  double water_level(int link) const;
+  double water_level(int link, double& slack) const;  // slack: as Link::slack, 0 when saturated
   double cap_level(const Flow& flow, int except) const;
-  void relevel(double now, const std::vector<int>& dirty, std::uint64_t fresh);
+  void relevel(double now, std::uint64_t fresh);  // after the links in dirty_ gained or lost flows
   std::vector<double> exact_levels() const;
   void place(double now, std::uint64_t id, Flow& flow, double remaining);
   double remaining_of(double now, const Flow& flow) const;
@@ -84,6 +89,11 @@ class MaxMinFlows {
   std::vector<double> link_next_;                          // each link's entry in link_done_
   std::uint64_t pass_ = 0;
   mutable std::vector<std::pair<double, double>> scratch_;
+  // relevel's working lists, kept between calls: it runs twice per message.
+  std::vector<int> dirty_;
+  std::vector<int> refresh_;
+  std::vector<std::uint64_t> touched_;
+  std::vector<int> queue_;
 };
 
 // Drives MaxMinFlows from SimGrid: routes and parameters from the platform, completions in

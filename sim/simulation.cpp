@@ -3,8 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -397,6 +399,17 @@ RunReport collect_child(const Scenario& scenario, const std::string& path, int s
   return report;
 }
 
+// A rough measure of a run's cost for ordering only: the messages it sends (each worker pushes and
+// pulls every partition every iteration).
+double estimated_cost(const Scenario& scenario) {
+  double partitions = 0;
+  const double part = static_cast<double>(std::max<std::uint64_t>(scenario.ps.partition_bytes, 1));
+  for (const auto bytes : scenario.declared_tensor_bytes())
+    partitions += std::max(1.0, std::ceil(static_cast<double>(bytes) / part));
+  return static_cast<double>(scenario.roles.workers) * (1 + scenario.roles.servers) *
+         std::max(scenario.workload.iterations, 1) * std::max(partitions, 1.0);
+}
+
 }  // namespace
 
 std::vector<RunReport> run_isolated(const std::vector<Scenario>& scenarios, int jobs,
@@ -404,14 +417,24 @@ std::vector<RunReport> run_isolated(const std::vector<Scenario>& scenarios, int 
   std::vector<RunReport> reports(scenarios.size());
   std::map<pid_t, std::size_t> running;
   const std::string prefix = "/tmp/pstwin-run-" + std::to_string(getpid()) + "-";
-  std::size_t next = 0;
-  while (next < scenarios.size() || !running.empty()) {
-    while (next < scenarios.size() && static_cast<int>(running.size()) < std::max(jobs, 1)) {
+  // Costliest first, so that a sweep's largest points do not start last and run alone at the end.
+  std::vector<std::size_t> order(scenarios.size());
+  std::vector<double> cost(scenarios.size());
+  for (std::size_t i = 0; i < scenarios.size(); ++i) {
+    order[i] = i;
+    cost[i] = estimated_cost(scenarios[i]);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::size_t started = 0;
+  while (started < scenarios.size() || !running.empty()) {
+    while (started < scenarios.size() && static_cast<int>(running.size()) < std::max(jobs, 1)) {
+      const std::size_t next = order[started++];
       std::fflush(nullptr);
       const pid_t child = fork();
       if (child < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
       if (child == 0) run_child(scenarios[next], prefix + std::to_string(next) + ".json");
-      running[child] = next++;
+      running[child] = next;
     }
     int status = 0;
     const pid_t done = waitpid(-1, &status, 0);

@@ -25,9 +25,9 @@ RunReport run_simulation(const Scenario& scenario, const SimOptions& options = {
 // SimGrid's own complaint; with no extra settings it does nothing.
 void check_simgrid_config(const Scenario& scenario);
 
-// Runs each scenario in its own forked child process, at most `jobs` at once, and returns their
-// reports (without traces) in input order. A child that crashes yields a report whose failure says
-// so. `on_done(index, report)` is called as each run finishes.
+// Runs each scenario in its own forked child process, at most `jobs` at once, the costliest (most
+// messages) first, and returns their reports (without traces) in input order. A child that crashes yields a
+// report whose failure says so. `on_done(index, report)` is called as each run finishes.
 std::vector<RunReport> run_isolated(const std::vector<Scenario>& scenarios, int jobs,
                                     const std::function<void(std::size_t, const RunReport&)>& on_done = {});
 

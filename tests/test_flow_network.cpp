@@ -94,7 +94,7 @@ double mean_iteration(const std::string& scenario, const std::string& sets) {
 }
 
 TEST(FlowNetwork, SaturationScenarioAgreesWithSimGridAndStaysWithinItsBound) {
-  const double simgrid = mean_iteration("scenarios/saturation_8w2s.toml", "");
+  const double simgrid = mean_iteration("scenarios/saturation_8w2s.toml", "--set sim.network_model=simgrid");
   const double flow = mean_iteration("scenarios/saturation_8w2s.toml", "--set sim.network_model=flow");
   EXPECT_NEAR(flow, simgrid, 0.01 * simgrid);
 }
