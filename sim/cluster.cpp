@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/assert.hpp"
 #include "core/codec.hpp"
 #include "sim/fifo_network.hpp"
 #include "sim/flow_network.hpp"
@@ -332,6 +333,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       address_(std::move(address)),
       host_name_(std::move(host)),
       host_(cluster.host(host_name_)),
+      host_slot_(cluster.host_slot(host_name_)),
       pid_(static_cast<int>(cluster.nodes().size())),
       mutex_(s4u::Mutex::create()),
       wake_(s4u::ConditionVariable::create()),
@@ -576,10 +578,33 @@ Cluster::Cluster(const Scenario& scenario, Platform& platform)
     network_ = std::make_unique<FifoNetwork>(platform.bandwidth_factor, platform.latency_factor,
                                              platform.hosts.begin()->second, fifo);
   }
-  for (const auto& link : platform_.links) {
-    link_bytes_[link.name] = 0;
-    link_index_.emplace(link.name, link_index_.size());
+  for (const auto& link : platform_.links) link_index_.emplace(link.name, link_index_.size());
+  link_bytes_.assign(platform_.links.size(), 0);
+  if (platform_.has_switch) switch_link_ = link_index("switch");
+  int racks = 0;
+  for (const auto& [host, rack] : platform_.rack_of) racks = std::max(racks, rack + 1);
+  for (int rack = 0; rack < racks; ++rack) {
+    rack_up_.push_back(link_index("rack" + std::to_string(rack) + ".up"));
+    rack_down_.push_back(link_index("rack" + std::to_string(rack) + ".down"));
   }
+}
+
+std::size_t Cluster::link_index(const std::string& name) const {
+  const auto it = link_index_.find(name);
+  PSTWIN_ASSERT(it != link_index_.end(), "no accounted link " + name);
+  return it->second;
+}
+
+int Cluster::host_slot(const std::string& name) {
+  const auto [it, added] = host_slots_.emplace(name, static_cast<int>(host_links_.size()));
+  if (added) {
+    HostLinks links;
+    links.up = link_index(name + ".up");
+    links.down = link_index(name + ".down");
+    if (!platform_.rack_of.empty()) links.rack = platform_.rack_of.at(name);
+    host_links_.push_back(links);
+  }
+  return it->second;
 }
 
 SimNode& Cluster::add_node(std::string label, std::string address, const std::string& host) {
@@ -604,21 +629,19 @@ void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t byte
                       Seconds end) {
   ++messages_;
   message_bytes_ += bytes;
-  if (from.host_name() == to.host_name()) return;  // loopback: no NIC involved
-  const auto carry = [&](const std::string& link) {
+  if (from.host_slot() == to.host_slot()) return;  // loopback: no NIC involved
+  const auto carry = [&](std::size_t link) {
     link_bytes_[link] += bytes;
-    timeline_.add(link_index_.at(link), start, end, static_cast<double>(bytes));
+    timeline_.add(link, start, end, static_cast<double>(bytes));
   };
-  carry(from.host_name() + ".up");
-  carry(to.host_name() + ".down");
-  if (platform_.has_switch) carry("switch");
-  if (!platform_.rack_of.empty()) {
-    const int from_rack = platform_.rack_of.at(from.host_name());
-    const int to_rack = platform_.rack_of.at(to.host_name());
-    if (from_rack != to_rack) {
-      carry("rack" + std::to_string(from_rack) + ".up");
-      carry("rack" + std::to_string(to_rack) + ".down");
-    }
+  const HostLinks& sender = host_links_[static_cast<std::size_t>(from.host_slot())];
+  const HostLinks& receiver = host_links_[static_cast<std::size_t>(to.host_slot())];
+  carry(sender.up);
+  carry(receiver.down);
+  if (switch_link_) carry(*switch_link_);
+  if (sender.rack != receiver.rack) {
+    carry(rack_up_[static_cast<std::size_t>(sender.rack)]);
+    carry(rack_down_[static_cast<std::size_t>(receiver.rack)]);
   }
 }
 
@@ -649,13 +672,13 @@ void Cluster::fail(const std::string& who, const std::string& text) {
 void Cluster::fill(RunReport& report, Seconds run_time) const {
   report.links.clear();
   for (const auto& link : platform_.links) {
-    const auto bytes = link_bytes_.at(link.name);
+    const auto bytes = link_bytes_[link_index(link.name)];
     const double utilization =
         run_time > 0 ? static_cast<double>(bytes) / (link.bandwidth_Bps * run_time) : 0;
     LinkUsage usage{link.name, bytes, link.bandwidth_Bps, utilization};
     usage.over_time_width_s = timeline_.width_s();
     const double capacity = link.bandwidth_Bps * usage.over_time_width_s;
-    for (const double carried : timeline_.bytes(link_index_.at(link.name)))
+    for (const double carried : timeline_.bytes(link_index(link.name)))
       usage.over_time.push_back(capacity > 0 ? carried / capacity : 0);
     report.links.push_back(std::move(usage));
   }

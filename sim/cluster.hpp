@@ -146,6 +146,7 @@ class SimNode final : public Runtime {
   void set_self(NodeId id) override;
   std::string local_address() const override { return address_; }
   std::string host_name() const override { return host_name_; }
+  int host_slot() const { return host_slot_; }
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
   std::uint64_t next_sequence() override { return next_sequence_++; }
@@ -182,6 +183,7 @@ class SimNode final : public Runtime {
   std::string address_;
   std::string host_name_;
   simgrid::s4u::Host* host_;
+  int host_slot_;
   int pid_;
   NodeId self_ = kNoNode;
   std::unique_ptr<Node> protocol_;
@@ -218,6 +220,8 @@ class Cluster {
   std::uint64_t seed() const { return scenario_.seed; }
   HostStaging& staging(const std::string& host) { return staging_[host]; }
   simgrid::s4u::Host* host(const std::string& name) const { return platform_.hosts.at(name); }
+  // A host's number, dense from 0, for per-message lookups that should not compare names.
+  int host_slot(const std::string& name);
   double latency_factor() const { return platform_.latency_factor; }
   // What one flow can get out of `host`'s NIC: its bandwidth x the model's bandwidth factor, less the
   // reverse traffic's cross-traffic share (a send pool's link rate, for pacing).
@@ -254,8 +258,19 @@ class Cluster {
   std::vector<std::unique_ptr<SimNode>> nodes_;
   std::map<std::string, SimNode*, std::less<>> by_address_;
   std::map<std::string, HostStaging> staging_;
-  std::map<std::string, std::uint64_t> link_bytes_;
-  std::map<std::string, std::size_t> link_index_;  // into platform_.links and timeline_
+  // Links by index into platform_.links and timeline_; what a message between two hosts crosses.
+  struct HostLinks {
+    std::size_t up = 0;
+    std::size_t down = 0;
+    int rack = -1;  // two-tier only
+  };
+  std::size_t link_index(const std::string& name) const;
+  std::vector<std::uint64_t> link_bytes_;
+  std::map<std::string, std::size_t> link_index_;
+  std::map<std::string, int> host_slots_;
+  std::vector<HostLinks> host_links_;  // by host slot
+  std::vector<std::size_t> rack_up_, rack_down_;
+  std::optional<std::size_t> switch_link_;
   LinkTimeline timeline_;
   std::uint64_t messages_ = 0;
   std::uint64_t message_bytes_ = 0;

@@ -28,6 +28,7 @@ bool same_level(double a, double b) {
 int MaxMinFlows::add_link(double capacity) {
   links_.push_back({});
   links_.back().capacity = capacity;
+  level_.push_back(kInf);
   link_next_.push_back(kInf);
   return static_cast<int>(links_.size()) - 1;
 }
@@ -141,7 +142,7 @@ double MaxMinFlows::water_level(int index, double& slack) const {
       if (use.link == index)
         weight = use.weight / flow.penalty;
       else
-        cap = std::min(cap, links_[static_cast<std::size_t>(use.link)].level);
+        cap = std::min(cap, level_[static_cast<std::size_t>(use.link)]);
     }
     if (std::isinf(cap))
       free_weight += weight;
@@ -247,6 +248,7 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
     if (same_level(level, old)) continue;
     advance(link, now);
     link.level = level;
+    level_[static_cast<std::size_t>(index)] = level;
     refresh.push_back(index);
     const double low = std::min(level, old);
     for (const auto id : link.flows) {
@@ -281,6 +283,7 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
       if (same_level(levels[i], links_[i].level)) continue;
       advance(links_[i], now);
       links_[i].level = levels[i];
+      level_[i] = levels[i];
       refresh.push_back(static_cast<int>(i));
       for (const auto id : links_[i].flows) touch(id);
     }
@@ -291,7 +294,7 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
     int bottleneck = -1;
     double best = flow.bound * flow.penalty;
     for (const auto& use : flow.uses) {
-      const double level = links_[static_cast<std::size_t>(use.link)].level;
+      const double level = level_[static_cast<std::size_t>(use.link)];
       if (level < best || (level == best && use.link == flow.bottleneck)) {
         best = level;
         bottleneck = use.link;
@@ -397,7 +400,7 @@ int FlowNetwork::link_index(const s4u::Link* link) {
 }
 
 const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
-  const auto key = std::make_pair(from->get_name(), to->get_name());
+  const std::pair<std::string_view, std::string_view> key{from->get_name(), to->get_name()};
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
   Route route;
   std::vector<s4u::Link*> links;

@@ -16,9 +16,11 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
 #include <simgrid/s4u.hpp>
 
 #include "sim/message_network.hpp"
@@ -52,7 +54,9 @@ class MaxMinFlows {
     bool active = false;
     double penalty = 1;
     double bound = kUnbounded;
-    std::vector<Use> uses;
+    // Inline: water filling reads every flow of a link at each event, and a route has at most
+    // eight links with its cross traffic (two-tier, both directions).
+    boost::container::small_vector<Use, 8> uses;
     int bottleneck = -1;     // link index, -1: capped by its own bound, -2: not placed yet
     double finish = 0;       // bottleneck's virtual time at completion, or absolute time (bound)
     double bound_rate = 0;   // rate while capped by its bound
@@ -81,7 +85,8 @@ class MaxMinFlows {
   void refresh_completion(int link);
 
   std::vector<Link> links_;
-  std::vector<Flow> flows_;  // by id; ids of finished flows are reused, lowest first
+  std::vector<double> level_;  // links_[i].level, packed: what water filling reads most
+  std::vector<Flow> flows_;    // by id; ids of finished flows are reused, lowest first
   std::set<std::uint64_t> free_ids_;
   std::size_t active_ = 0;
   std::set<std::pair<double, std::uint64_t>> bound_done_;  // flows capped by their bound: (time, id)
@@ -126,7 +131,8 @@ class FlowNetwork final : public DaemonNetwork {
   double tcp_gamma_;
   MaxMinFlows solver_;
   std::map<std::string, int, std::less<>> link_ids_;
-  std::map<std::pair<std::string, std::string>, Route> routes_;
+  // By the hosts' names, viewed in place: SimGrid keeps them for the engine's life.
+  std::map<std::pair<std::string_view, std::string_view>, Route> routes_;
   std::vector<std::function<void()>> waiting_;  // by flow id: its completion
 };
 
