@@ -400,7 +400,7 @@ int FlowNetwork::link_index(const s4u::Link* link) {
 }
 
 const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
-  const std::pair<std::string_view, std::string_view> key{from->get_name(), to->get_name()};
+  const std::pair<const s4u::Host*, const s4u::Host*> key{from, to};
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
   Route route;
   std::vector<s4u::Link*> links;

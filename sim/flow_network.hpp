@@ -131,8 +131,8 @@ class FlowNetwork final : public DaemonNetwork {
   double tcp_gamma_;
   MaxMinFlows solver_;
   std::map<std::string, int, std::less<>> link_ids_;
-  // By the hosts' names, viewed in place: SimGrid keeps them for the engine's life.
-  std::map<std::pair<std::string_view, std::string_view>, Route> routes_;
+  // Looked up once per flow, never iterated: the key's order decides nothing.
+  std::map<std::pair<const simgrid::s4u::Host*, const simgrid::s4u::Host*>, Route> routes_;
   std::vector<std::function<void()>> waiting_;  // by flow id: its completion
 };
 
