@@ -122,18 +122,26 @@ class ZmqNodeRuntime::Sockets {
   void connect(NodeId id, const std::string& address) {
     auto it = dealers_.find(address);
     if (it == dealers_.end()) {
-      Dealer dealer{zmq::socket_t(context_, zmq::socket_type::dealer), !key_.has_value(), -1};
+      Dealer dealer{zmq::socket_t(context_, zmq::socket_type::dealer), !key_.has_value(), -1, std::nullopt,
+                    -1};
       dealer.socket.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
       dealer.socket.set(zmq::sockopt::sndhwm, 0);
       dealer.socket.connect("tcp://" + address);
       if (key_) {
-        // Asks for a challenge; our messages wait in outgoing_ until the proof has left.
-        const auto hello = hello_bytes();
-        dealer.socket.send(zmq::message_t(hello.data(), hello.size()), zmq::send_flags::none);
+        // ZeroMQ reconnects a dropped connection by itself, and the peer's ROUTER sees a new connection
+        // that has proven nothing: a monitor tells the loop, which proves membership again.
+        const std::string monitor = "inproc://pstwin-dealer-" + std::to_string(dealers_.size());
+        if (zmq_socket_monitor(dealer.socket.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+          throw std::runtime_error("zmq_socket_monitor: " + std::string(zmq_strerror(zmq_errno())));
+        dealer.monitor.emplace(context_, zmq::socket_type::pair);
+        dealer.monitor->connect(monitor);
+        dealer.monitor_fd = dealer.monitor->get(zmq::sockopt::fd);
         dealer.fd = dealer.socket.get(zmq::sockopt::fd);
+        ask_challenge(dealer.socket);
         ++unproven_dealers_;
       }
       it = dealers_.emplace(address, std::move(dealer)).first;
+      if (key_) check_monitors_ = true;
     }
     routes_[id] = &it->second;
   }
@@ -179,6 +187,7 @@ class ZmqNodeRuntime::Sockets {
 
   // Hands every complete message waiting on the ROUTER to the protocol, until the node halts.
   void receive_all() {
+    if (check_monitors_) reprove_reconnected();
     if (unproven_dealers_ > 0) answer_challenges();
     if (key_) expire_unproven();
     if (!router_ready_) return;  // nothing new since the last failed recv
@@ -205,6 +214,10 @@ class ZmqNodeRuntime::Sockets {
     // DEALERs waiting for their challenge (answer_challenges() ended each visit with a failed recv);
     // they and the handshake deadlines are looked at again at least every kHandshakeCheckS.
     constexpr double kHandshakeCheckS = 0.1;
+    const std::size_t first_monitor = fds.size();
+    for (const auto& [address, dealer] : dealers_)
+      if (dealer.monitor_fd >= 0) fds.push_back(pollfd{dealer.monitor_fd, POLLIN, 0});
+    const std::size_t monitors = fds.size() - first_monitor;
     for (const auto& [address, dealer] : dealers_)
       if (!dealer.proven) fds.push_back(pollfd{dealer.fd, POLLIN, 0});
     double wait_s = timeout_ms < 0 ? -1 : static_cast<double>(std::min<long>(timeout_ms, 1 << 30)) / 1e3;
@@ -228,6 +241,8 @@ class ZmqNodeRuntime::Sockets {
     }
     if ((fds[0].revents & POLLIN) != 0) router_ready_ = true;
     if ((fds[1].revents & POLLIN) != 0) wake_.drain();
+    for (std::size_t i = first_monitor; i < first_monitor + monitors; ++i)
+      if ((fds[i].revents & POLLIN) != 0) check_monitors_ = true;
   }
 
  private:
@@ -383,6 +398,40 @@ class ZmqNodeRuntime::Sockets {
     }
   }
 
+  static void ask_challenge(zmq::socket_t& dealer) {
+    // Asks for a challenge; our messages wait in outgoing_ until the proof has left.
+    const auto hello = hello_bytes();
+    dealer.send(zmq::message_t(hello.data(), hello.size()), zmq::send_flags::none);
+  }
+
+  // A DEALER whose connection dropped: ZeroMQ connects it again, and the hello queued now is the
+  // first thing the new connection carries; what was sent before the drop was noticed is lost with
+  // it (as without a job token), and the peer refuses what arrives ahead of the hello.
+  // Each monitor is read until empty, so its ZMQ_FD signals the next event.
+  void reprove_reconnected() {
+    check_monitors_ = false;
+    for (auto& [address, dealer] : dealers_) {
+      if (!dealer.monitor) continue;
+      bool dropped = false;
+      std::vector<zmq::message_t> event;
+      while (zmq::recv_multipart(*dealer.monitor, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+        dropped = true;  // the only event asked for
+        event.clear();
+      }
+      if (!dropped) continue;
+      // A challenge the old connection brought is worth nothing on the new one.
+      zmq::message_t stale;
+      while (dealer.socket.recv(stale, zmq::recv_flags::dontwait)) {
+      }
+      if (dealer.proven) {
+        dealer.proven = false;
+        ++unproven_dealers_;
+      }
+      owner_.log("connection to " + address + " dropped; proving membership again when it is back");
+      ask_challenge(dealer.socket);
+    }
+  }
+
   // Our DEALERs waiting for their peer's challenge: each answers it, then its messages may go.
   void answer_challenges() {
     for (auto& [address, dealer] : dealers_) {
@@ -405,8 +454,10 @@ class ZmqNodeRuntime::Sockets {
 
   struct Dealer {
     zmq::socket_t socket;
-    bool proven = true;  // with a job key: false until the peer's challenge is answered
-    int fd = -1;         // ZMQ_FD, polled while not proven
+    bool proven = true;                    // with a job key: false until the peer's challenge is answered
+    int fd = -1;                           // ZMQ_FD, polled while not proven
+    std::optional<zmq::socket_t> monitor;  // with a job key: the socket's disconnections
+    int monitor_fd = -1;
   };
   // A connection to our ROUTER that was sent a challenge and has not answered it yet.
   struct Unproven {
@@ -423,6 +474,7 @@ class ZmqNodeRuntime::Sockets {
   std::map<std::string, Dealer> dealers_;  // one per peer address
   std::map<NodeId, Dealer*> routes_;
   std::size_t unproven_dealers_ = 0;
+  bool check_monitors_ = false;  // a DEALER's monitor may hold an event
   // Connections to our ROUTER by routing id: members (bound to the first node they name; kNoNode until
   // then) and, with a job key, those proving membership.
   std::map<std::string, NodeId> members_;

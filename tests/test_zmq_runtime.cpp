@@ -4,7 +4,15 @@
 // send, receive, engine and compute spans.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -14,6 +22,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -210,6 +219,155 @@ Message sized(NodeId to, std::uint64_t key, std::size_t bytes) {
   message.header.key = key;
   if (bytes > 0) message.payload = Payload::copy_of(pattern(bytes, static_cast<unsigned>(key)));
   return message;
+}
+
+// A TCP relay on 127.0.0.1 between a node's DEALER and another node's ROUTER that can cut every
+// connection it carries, as a failing switch or a peer's restart would.
+class CuttingProxy {
+ public:
+  explicit CuttingProxy(std::string target) : target_port_(port_of(target)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) != 0)
+      throw std::runtime_error("proxy: cannot listen");
+    port_ = ntohs(addr.sin_port);
+    if (::pipe(commands_) != 0) throw std::runtime_error("proxy: pipe");
+    relay_ = std::thread([this] { run(); });
+  }
+  ~CuttingProxy() {
+    command('q');
+    relay_.join();
+    for (const auto& [a, b] : pairs_) ::close(a), ::close(b);
+    ::close(listener_);
+    ::close(commands_[0]);
+    ::close(commands_[1]);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void cut() { command('c'); }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  static int port_of(const std::string& address) { return std::stoi(address.substr(address.rfind(':') + 1)); }
+  void command(char c) { static_cast<void>(::write(commands_[1], &c, 1)); }
+  int dial() const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(target_port_));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("proxy: dial");
+    return fd;
+  }
+  void run() {
+    std::array<char, 65536> buffer{};
+    while (true) {
+      std::vector<pollfd> fds{{commands_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      for (const auto& [a, b] : pairs_) fds.push_back({a, POLLIN, 0}), fds.push_back({b, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) < 0) continue;
+      if ((fds[0].revents & POLLIN) != 0) {
+        char c = 0;
+        static_cast<void>(::read(commands_[0], &c, 1));
+        if (c == 'q') return;
+        for (const auto& [a, b] : pairs_) ::close(a), ::close(b);
+        pairs_.clear();
+        continue;
+      }
+      if ((fds[1].revents & POLLIN) != 0) {
+        const int client = ::accept(listener_, nullptr, nullptr);
+        if (client >= 0) {
+          pairs_.emplace_back(client, dial());
+          ++accepted_;
+        }
+        continue;
+      }
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        const auto& [a, b] = pairs_[(i - 2) / 2];
+        const int from = (i % 2 == 0) ? a : b, to = (i % 2 == 0) ? b : a;
+        const ssize_t n = ::read(from, buffer.data(), buffer.size());
+        if (n <= 0) {
+          ::close(a), ::close(b);
+          pairs_.erase(pairs_.begin() + static_cast<std::ptrdiff_t>((i - 2) / 2));
+          break;
+        }
+        for (ssize_t sent = 0; sent < n;) {
+          const ssize_t w = ::write(to, buffer.data() + sent, static_cast<std::size_t>(n - sent));
+          if (w <= 0) break;
+          sent += w;
+        }
+      }
+    }
+  }
+
+  int target_port_;
+  int listener_ = -1;
+  int port_ = 0;
+  int commands_[2] = {-1, -1};
+  std::vector<std::pair<int, int>> pairs_;  // (from the DEALER, to the ROUTER); the relay thread's
+  std::atomic<int> accepted_{0};
+  std::thread relay_;
+};
+
+// With a job token, a connection ZeroMQ re-establishes after a drop is a new connection to the
+// peer's ROUTER, which has proven nothing: the DEALER proves membership again and what is sent
+// afterwards arrives (without that, the peer refused it as unproven, for good).
+TEST(ZmqRuntime, AReconnectedDealerProvesMembershipAgainAndItsMessagesArrive) {
+  std::mutex log_mutex;
+  std::condition_variable logged;
+  std::vector<std::string> lines;
+  realnet::LocalHost::Options host_options;
+  host_options.log_sink = [&](std::string_view line) {
+    std::lock_guard lock(log_mutex);
+    lines.emplace_back(line);
+    logged.notify_all();
+  };
+  realnet::LocalHost host(host_options);
+  const std::string token = "a-job-token-of-at-least-16-bytes";
+  auto with_token = [&](std::string label) {
+    auto options = labelled(std::move(label));
+    options.job_token = token;
+    return options;
+  };
+  realnet::ZmqNodeRuntime receiver(host, with_token("receiver"));
+  auto owned = std::make_unique<Recorder>();
+  Recorder* recorder = owned.get();
+  receiver.attach(std::move(owned));
+  receiver.start();
+  CuttingProxy proxy(receiver.local_address());
+
+  realnet::ZmqNodeRuntime sender(host, with_token("sender"));
+  sender.attach(std::make_unique<Recorder>([&sender, to = proxy.address()] {
+    sender.set_self(9);
+    sender.connect(8, to);
+    sender.send(sized(8, 1, 4096));
+  }));
+  sender.start();
+  ASSERT_EQ(recorder->wait_for(1).size(), 1u);
+
+  proxy.cut();
+  {
+    // A guard against a hang, not a timing: the sender notices the drop at once.
+    std::unique_lock lock(log_mutex);
+    const bool noticed = logged.wait_for(lock, 20s, [&] {
+      return std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+        return l.find("dropped; proving membership again") != l.npos;
+      });
+    });
+    ASSERT_TRUE(noticed) << "the sender did not notice that its connection dropped";
+  }
+  sender.send(sized(8, 2, 4096));
+  const auto messages = recorder->wait_for(2);
+  ASSERT_EQ(messages.size(), 2u) << "the message sent after the reconnection never arrived";
+  EXPECT_EQ(messages[1].header.key, 2u);
+  EXPECT_EQ(messages[1].payload.size(), 4096u);
+  EXPECT_GE(proxy.accepted(), 2);
+  EXPECT_EQ(receiver.rejected_frames(), 0u);
 }
 
 // The ZeroMQ van paces as the epoll van does (fpt::MessagePacer): with a NIC rate and the load
