@@ -458,6 +458,15 @@ Refusals LoopRuntime::refusals() const {
   return refusals_;
 }
 
+double LoopRuntime::own_pacing_rate(std::string_view van) {
+  if (!options_.kernel_pacing) return options_.nic_rate_Bps;
+  if (options_.nic_rate_Bps > 0)
+    log("PSTWIN_PACING=kernel: the " + std::string(van) +
+        " van cannot set SO_MAX_PACING_RATE on its sockets; its connections are not paced (unset "
+        "PSTWIN_PACING for the van's own pacing)");
+  return 0;
+}
+
 void LoopRuntime::refuse(const std::string& peer, const std::string& why) {
   // Bounded: past this many peers, further ones share one entry.
   constexpr std::size_t kMaxPeers = 256;

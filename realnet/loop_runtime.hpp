@@ -252,6 +252,9 @@ class LoopRuntime : public Runtime {
   // Hands a received message to the protocol (event loop only), through the injected faults.
   void deliver(Message message);
   static std::string span_name(const MessageHeader& header);
+  // The NIC rate (PSTWIN_NIC_RATE) a van that paces its own messages (fpt::MessagePacer) paces to: 0
+  // with PSTWIN_PACING=kernel, which such a van cannot hand to its sockets (the log says so).
+  double own_pacing_rate(std::string_view van);
   static TraceMessage trace_message(const Message& message);  // a send or receive span's args
 
   // Transport hooks, all on the event loop thread except wake().

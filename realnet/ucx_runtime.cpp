@@ -27,6 +27,7 @@
 
 #include "core/codec.hpp"
 #include "core/send_order.hpp"
+#include "fpt/message_pacer.hpp"
 #include "ps/ids.hpp"
 #include "realnet/event_fd.hpp"
 #include "realnet/host_port.hpp"
@@ -269,7 +270,7 @@ bool finish_closing(ucp_worker_h worker, int event_fd, std::vector<void*>& closi
 // after_progress().
 class UcxNodeRuntime::Worker {
  public:
-  explicit Worker(UcxNodeRuntime& owner) : owner_(owner) {
+  explicit Worker(UcxNodeRuntime& owner) : owner_(owner), pacer_(owner.own_pacing_rate("UCX")) {
     if (owner.options_.max_payload_bytes > 0) limits_.max_payload_bytes = owner.options_.max_payload_bytes;
     if (!owner.options_.job_token.empty()) key_.emplace(owner.options_.job_token);
     const auto where = split_host_port(owner.options_.bind, /*any_port=*/true);
@@ -396,9 +397,26 @@ class UcxNodeRuntime::Worker {
         queue.clear();
         continue;
       }
-      for (auto& [key, message] : queue) transmit(link, std::move(message));
-      queue.clear();
+      // A paced peer (lighter than the heaviest in the load balancer's table, PSTWIN_NIC_RATE set)
+      // gets one data message, then none until it has had time to leave at its share; its control
+      // messages still go.
+      const double now = pacer_.active() ? owner_.now() : 0;
+      for (auto it = queue.begin(); it != queue.end();) {
+        const bool data = !it->second.payload.is_phantom() && !it->second.payload.empty();
+        if (data && pacer_.active() && pacer_.held(to, now)) {
+          ++it;
+          continue;
+        }
+        const std::uint64_t wire_bytes = kHeaderBytes + it->second.payload.size();
+        transmit(link, std::move(it->second));
+        if (data && pacer_.active()) pacer_.sent(to, wire_bytes, now);
+        it = queue.erase(it);
+      }
     }
+  }
+
+  void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
+    if (auto error = pacer_.set_weights(version, weights)) owner_.log("send weights refused: " + *error);
   }
 
   // Progresses the worker and hands what arrived to the protocol.
@@ -424,6 +442,12 @@ class UcxNodeRuntime::Worker {
     // Handshake deadlines are looked at again at least this often.
     constexpr double kHandshakeCheckS = 0.1;
     if (unproven_ > 0) wait_s = wait_s < 0 ? kHandshakeCheckS : std::min(wait_s, kHandshakeCheckS);
+    if (pacer_.active()) {
+      // A held peer's release cuts the wait short, to the microsecond (ppoll).
+      const double now = owner_.now();
+      if (const auto release = pacer_.next_release(now))
+        wait_s = wait_s < 0 ? *release - now : std::min(wait_s, *release - now);
+    }
     std::array<pollfd, 2> fds{pollfd{event_fd_, POLLIN, 0}, pollfd{wake_.fd(), POLLIN, 0}};
     timespec limit{};
     if (wait_s >= 0) {
@@ -1049,6 +1073,7 @@ class UcxNodeRuntime::Worker {
   }
 
   UcxNodeRuntime& owner_;
+  fpt::MessagePacer pacer_;
   DecodeLimits limits_{};
   std::optional<JobKey> key_;  // PSTWIN_JOB_TOKEN's
   Context context_;
@@ -1128,6 +1153,10 @@ void UcxNodeRuntime::flush() {
 
 void UcxNodeRuntime::wait(long timeout_ms) {
   worker_->wait(timeout_ms);
+}
+
+void UcxNodeRuntime::set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) {
+  worker_->set_send_weights(version, weights);
 }
 
 void UcxNodeRuntime::wake() {

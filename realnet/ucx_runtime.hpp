@@ -47,6 +47,8 @@ class UcxNodeRuntime final : public LoopRuntime {
   std::uint64_t rejected_frames() const { return rejected_.load(); }
   // The transports UCX_TLS leaves this node's context ("tcp/lo, posix/memory, ..."), as logged at start.
   const std::string& transports() const { return transports_; }
+  // PSTWIN_NIC_RATE and the load balancer's table: lighter peers' data at their share (fpt::MessagePacer).
+  void set_send_weights(std::uint64_t version, std::span<const PeerWeight> weights) override;
 
  private:
   class Worker;  // the UCP context, worker, listener and endpoints (UCX types stay out of this header)

@@ -86,14 +86,7 @@ Payload adopt_frame(zmq::message_t frame, std::uint64_t& copied_bytes) {
 // move between threads, never be shared), closed once the loop has ended.
 class ZmqNodeRuntime::Sockets {
  public:
-  // PSTWIN_PACING=kernel leaves pacing to the kernel, which ZeroMQ gives no way to ask for
-  // (SO_MAX_PACING_RATE on its sockets): not paced, and the log says so.
-  explicit Sockets(ZmqNodeRuntime& owner)
-      : owner_(owner), pacer_(owner.options_.kernel_pacing ? 0 : owner.options_.nic_rate_Bps) {
-    if (owner.options_.kernel_pacing && owner.options_.nic_rate_Bps > 0)
-      owner_.log(
-          "PSTWIN_PACING=kernel: the ZeroMQ van cannot set SO_MAX_PACING_RATE on its sockets; "
-          "its connections are not paced (unset PSTWIN_PACING for the van's own pacing)");
+  explicit Sockets(ZmqNodeRuntime& owner) : owner_(owner), pacer_(owner.own_pacing_rate("ZeroMQ")) {
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
     if (owner.options_.max_payload_bytes > 0) limits_.max_payload_bytes = owner.options_.max_payload_bytes;

@@ -1,7 +1,8 @@
 // The ZeroMQ runtime's own guarantees, on real sockets over 127.0.0.1: a received payload is the
 // frame ZeroMQ received (not a copy) and stays valid after the sockets are gone; a sent payload
-// needs no owner but the message; a real run counts its messages and records the simulator's
-// send, receive, engine and compute spans.
+// needs no owner but the message; a reconnected connection proves membership again; pacing (here
+// for the UCX van too); a real run counts its messages and records the simulator's send, receive,
+// engine and compute spans.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -23,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +32,8 @@
 #include "core/codec.hpp"
 #include "ps/workload.hpp"
 #include "realnet/local_run.hpp"
+#include "realnet/ucx_runtime.hpp"
+#include "realnet/van.hpp"
 #include "realnet/zmq_runtime.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
@@ -374,14 +378,31 @@ TEST(ZmqRuntime, AReconnectedDealerProvesMembershipAgainAndItsMessagesArrive) {
 // balancer's weights, a lighter destination gets its data a message at a time at its share of the
 // link while the heaviest runs free; a control message to the held destination does not wait behind
 // its data; an empty table (the probe state) lifts the pacing.
-TEST(ZmqRuntime, PacesALightDestinationToItsShareOfTheNicAndLetsControlPass) {
+// The ZeroMQ and UCX vans pace the same way (the epoll van's send pool has its own tests).
+template <typename Runtime>
+class Pacing : public ::testing::Test {};
+struct VanName {
+  template <typename Runtime>
+  static std::string GetName(int) {
+    return std::is_same_v<Runtime, realnet::ZmqNodeRuntime> ? "zmq" : "ucx";
+  }
+};
+using PacedVans = ::testing::Types<realnet::ZmqNodeRuntime, realnet::UcxNodeRuntime>;
+TYPED_TEST_SUITE(Pacing, PacedVans, VanName);
+
+TYPED_TEST(Pacing, ALightDestinationGetsItsShareOfTheNicAndControlPasses) {
+  using Runtime = TypeParam;
+  if constexpr (std::is_same_v<Runtime, realnet::UcxNodeRuntime>) {
+    if (const auto missing = realnet::van_unavailable(realnet::Van::kUcx); !missing.empty())
+      GTEST_SKIP() << missing;
+  }
   constexpr double kNicRate = 8e6;  // bytes/s: the light destination's share (1 of 4) is 2 MB/s
   constexpr int kMessages = 24;
   constexpr std::size_t kPayload = 64 * 1024;
   constexpr NodeId kHeavy = 8, kLight = 7;
   realnet::LocalHost host({});
   auto make_receiver = [&host](const std::string& label, TimedRecorder*& recorder) {
-    auto runtime = std::make_unique<realnet::ZmqNodeRuntime>(host, labelled(label));
+    auto runtime = std::make_unique<Runtime>(host, labelled(label));
     auto owned = std::make_unique<TimedRecorder>();
     recorder = owned.get();
     runtime->attach(std::move(owned));
@@ -394,7 +415,7 @@ TEST(ZmqRuntime, PacesALightDestinationToItsShareOfTheNicAndLetsControlPass) {
   const auto light_rt = make_receiver("light", light);
   auto options = labelled("sender");
   options.nic_rate_Bps = kNicRate;
-  realnet::ZmqNodeRuntime sender(host, options);
+  Runtime sender(host, options);
   const std::string heavy_address = heavy_rt->local_address(), light_address = light_rt->local_address();
   sender.attach(std::make_unique<Recorder>([&] {
     sender.set_self(9);
