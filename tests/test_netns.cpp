@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "realnet/netns_cluster.hpp"
+#include "realnet/van.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
 
@@ -124,6 +125,32 @@ TEST(Netns, RunInNamespacesMeasuresEveryLinkAndLeavesNothing) {
   const std::regex made(R"(namespace cluster (pstwin-\d+-)\*)");
   ASSERT_TRUE(std::regex_search(r.output, prefix, made)) << r.output;
   EXPECT_TRUE(NetnsCluster::namespaces_with_prefix(prefix[1]).empty());
+}
+
+// The UCX van on a namespace cluster: the namespaces share one kernel, so UCX would take shared
+// memory between hosts and carry their bytes past the emulated links; the launcher gives the nodes
+// TCP only, and worker 0's host link carries its pushes and pulls as with the other vans.
+TEST(Netns, UcxVanCrossesTheEmulatedLinksAndEndsWithTheSimulatorsModel) {
+  SKIP_WITHOUT_NAMESPACES();
+  if (const auto missing = realnet::van_unavailable(realnet::Van::kUcx); !missing.empty())
+    GTEST_SKIP() << missing;
+  const auto dir = testing::fresh_dir("netns-ucx");
+  const std::string sets = " --set workload.iterations=2";
+  const auto sim =
+      testing::run_pstwin("sim scenarios/quickstart.toml -q --out " + (dir / "sim").string() + sets);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const auto r = testing::run_pstwin("run scenarios/quickstart.toml --netns --van ucx -q --out " +
+                                     (dir / "run").string() + sets);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto results = testing::read_json(dir / "run" / "results.json");
+  EXPECT_TRUE(results["completed"].get<bool>()) << results["failure"];
+  EXPECT_EQ(results["model_digest"], testing::read_json(dir / "sim" / "results.json")["model_digest"]);
+  const double model = 4e6 + 1e6 + 256e3 + 64e3;
+  for (const auto& link : results["links"]) {
+    if (link["name"].get<std::string>().starts_with("h3.")) {
+      EXPECT_GT(link["bytes"].get<double>(), 2 * model) << link.dump();
+    }
+  }
 }
 
 // A partition of one host, shorter than ps.heartbeat_timeout, in a namespace cluster: every message
