@@ -40,6 +40,8 @@ if compgen -G "$build/python/pstwin/_core*.so" > /dev/null; then
   [[ -n $site && -e $site/pstwin/torch/__init__.py ]] || { echo "install_test: pstwin.torch was not installed"; exit 1; }
   core=$(cd / && PYTHONPATH="$site" python3 -c "import pstwin._core as c; print(c.__file__)")
   [[ $core == "$site"/* ]] || { echo "install_test: pstwin._core came from $core, not $site"; exit 1; }
-  ldd "$core" | grep -q "$prefix/lib/libpstwin.so" || { echo "install_test: $core does not load $prefix/lib/libpstwin.so"; exit 1; }
+  lib=$(ldd "$core" | awk '/libpstwin\.so/ {print $3}')
+  [[ -n $lib && $(readlink -f "$lib") == $(readlink -f "$prefix/lib/libpstwin.so") ]] ||
+    { echo "install_test: $core loads '$lib', not $prefix/lib/libpstwin.so"; exit 1; }
 fi
 echo "install_test: ok"

@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """Trains train_fmnist.py as a pstwin.torch job (2 workers, 1 server, a scheduler: processes on
-127.0.0.1 started with DMLC_* variables by tests/pslite/run_job.py) and in one process without
+127.0.0.1 started with DMLC_* variables by tests/pslite/run_job.py, or with --pstwin by
+`pstwin run scenarios/quickstart.toml --set roles.workers=2 --set roles.servers=1 -- COMMAND`) and in one process without
 BytePS (same seed, same samples), and fails unless the job's test accuracy is within --tolerance
 (accuracy points, percent) of the one-process run. Prints "skipped: REASON" and exits 0 where torch
 or the data set is missing.
 
-Usage: check_accuracy.py [--fp16] [--tolerance 1.0] [-- extra train_fmnist.py arguments]
+Usage: check_accuracy.py [--fp16] [--pstwin BINARY] [--tolerance 1.0] [-- extra train_fmnist.py arguments]
 """
 import argparse
 import os
 import re
 import subprocess
 import sys
+import tempfile
+
+from requirements import missing_requirement
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_JOB = os.path.join(HERE, "..", "pslite", "run_job.py")
 SCRIPT = os.path.join(HERE, "train_fmnist.py")
+QUICKSTART = os.path.join(HERE, "..", "..", "scenarios", "quickstart.toml")
 
 
 def accuracy_of(output, what):
@@ -30,21 +35,22 @@ def main():
     parser.add_argument("--tolerance", type=float, default=1.0)
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--min-accuracy", type=float, default=70.0, help="percent: proof that both runs learned")
+    parser.add_argument("--pstwin", help="launch the job with this binary's `pstwin run -- COMMAND` instead")
     parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     extra = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print(f"skipped: {sys.executable} has no torch (Debian: apt-get install python3-torch)")
+    missing = missing_requirement()
+    if missing:
+        print(f"skipped: {missing}")
         return 0
-    data = os.environ.get("PSTWIN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
-    if not os.path.exists(os.path.join(data, "train-images-idx3-ubyte.gz")):
-        print(f"skipped: no Fashion-MNIST in {data} (Debian: apt-get install dataset-fashion-mnist)")
-        return 0
-    job = subprocess.run([sys.executable, RUN_JOB, "--servers", "1", "--workers", "2", "--", sys.executable,
-                          SCRIPT] + (["--fp16-pushpull"] if args.fp16 else []) + extra,
-                         capture_output=True, text=True)
+    train = [sys.executable, SCRIPT] + (["--fp16-pushpull"] if args.fp16 else []) + extra
+    with tempfile.TemporaryDirectory() as out:
+        if args.pstwin:
+            launcher = [args.pstwin, "run", QUICKSTART, "--set", "roles.workers=2", "--set", "roles.servers=1",
+                        "--out", out, "--"]
+        else:
+            launcher = [sys.executable, RUN_JOB, "--servers", "1", "--workers", "2", "--"]
+        job = subprocess.run(launcher + train, capture_output=True, text=True)
     print(job.stdout + job.stderr)
     if job.returncode != 0:
         sys.exit("check_accuracy: the job failed")

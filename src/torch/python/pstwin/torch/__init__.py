@@ -15,6 +15,7 @@ import torch
 
 from pstwin import _core
 from pstwin.torch.compression import Compression, Compressor
+from pstwin.torch.workload import recorder_from_environment
 
 __all__ = ["init", "shutdown", "rank", "size", "local_rank", "local_size", "declare", "push_pull",
            "push_pull_async", "push_pull_inplace", "push_pull_async_inplace", "poll", "synchronize",
@@ -35,6 +36,7 @@ class _Session:
         self.local_size = 1
         self.handles = {}  # handle -> (input, output, average), keeping both alive until synchronize
         self.unnamed = 0
+        self.recorder = None  # the first DistributedOptimizer's, with PSTWIN_WORKLOAD_RECORD
 
 
 _session = _Session()
@@ -106,6 +108,8 @@ def shutdown():
         return
     _session.ended = True
     _core.shutdown()
+    if _session.recorder is not None:
+        _session.recorder.write()
 
 
 def rank():
@@ -259,6 +263,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []
         self._requires_update = set()
         self._should_sync = True
+        self._recorder = None
+        if _session.recorder is None:
+            tensors = [("Gradient." + self._parameter_names[p], p.numel() * p.element_size(), str(p.dtype))
+                       for p in all_params if p.requires_grad]
+            self._recorder = _session.recorder = recorder_from_environment(
+                tensors, rank(), size(), _core.num_servers(), _core.partition_bytes())
         if size() > 1 or os.environ.get("BYTEPS_FORCE_DISTRIBUTED", "0") != "0":
             self._register_hooks()
         for name in sorted(self._parameter_names.values()):
@@ -296,6 +306,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             assert not p.grad.requires_grad
             assert self._push_pull_delay[p] > 0
             handle, ctx = None, None
+            if self._recorder is not None:
+                self._recorder.gradient_ready("Gradient." + self._parameter_names[p])
             self._push_pull_delay[p] -= 1
             if self._push_pull_delay[p] == 0:
                 handle, ctx = self._push_pull_grad_async(p)
@@ -326,9 +338,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_sync = True
 
     def step(self, closure=None):
+        if self._recorder is not None:
+            self._recorder.synchronize_started()
         if self._should_sync:
             self.synchronize()
-        return super(self.__class__, self).step(closure)
+        if self._recorder is not None:
+            self._recorder.synchronize_ended()
+        loss = super(self.__class__, self).step(closure)
+        if self._recorder is not None:
+            self._recorder.step_ended()
+        return loss
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
