@@ -23,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "core/digest.hpp"
@@ -78,16 +79,15 @@ std::string node_name(const NodePart& part) {
   return name + " " + std::to_string(part.rank) + " (node " + std::to_string(part.id) + ")";
 }
 
-// One spawned `pstwin node`: SIGKILLed and reaped when it goes out of scope still running. The child
-// also dies with the launcher (PR_SET_PDEATHSIG), should the launcher itself be SIGKILLed.
-// `netns_fd` >= 0: the child enters that network namespace before it runs.
+// One spawned node (`pstwin node`, or the command of `pstwin run -- COMMAND`): SIGKILLed and reaped
+// when it goes out of scope still running. The child also dies with the launcher (PR_SET_PDEATHSIG),
+// should the launcher itself be SIGKILLed. `netns_fd` >= 0: the child enters that network namespace
+// before it runs.
 class Child {
  public:
-  Child(std::string name, const std::string& binary, const std::vector<std::string>& args,
-        const std::vector<std::string>& env, const std::string& log_path, int netns_fd = -1)
+  Child(std::string name, std::vector<std::string> argv_text, const std::vector<std::string>& env,
+        const std::string& log_path, int netns_fd = -1)
       : name_(std::move(name)) {
-    std::vector<std::string> argv_text{binary, "node"};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<std::string> env_text = env;
     std::vector<char*> argv;
     for (auto& a : argv_text) argv.push_back(a.data());
@@ -108,7 +108,12 @@ class Child {
         ::dup2(fd, STDERR_FILENO);
       }
       if (netns_fd >= 0 && ::setns(netns_fd, CLONE_NEWNET) != 0) ::_exit(126);
-      ::execve(argv[0], argv.data(), envp.data());
+      // A command is looked up on PATH as a shell would (execvpe); `pstwin node` is a path.
+      ::execvpe(argv[0], argv.data(), envp.data());
+      constexpr std::string_view kCannot = "pstwin run: cannot execute (not found, or not executable): ";
+      [[maybe_unused]] auto written = ::write(STDERR_FILENO, kCannot.data(), kCannot.size());
+      written = ::write(STDERR_FILENO, argv[0], std::strlen(argv[0]));
+      written = ::write(STDERR_FILENO, "\n", 1);
       ::_exit(127);
     }
   }
@@ -616,11 +621,13 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
       env.push_back("PSTWIN_NIC_RATE=" + std::to_string(std::llround(payload_Bps)));
     }
     // Not -q: each node's log keeps its summary line (and any failure) for parts/<name>.log.
-    std::vector<std::string> args{"--scenario", options.scenario_path, "--report",
-                                  (dir / (spec.name + ".json")).string()};
-    for (const auto& set : options.sets) args.insert(args.end(), {"--set", set});
-    if (options.seed) args.insert(args.end(), {"--set", "seed=" + std::to_string(*options.seed)});
-    children.push_back(std::make_unique<Child>(spec.name, binary, args, env,
+    std::vector<std::string> argv{binary,       "node",
+                                  "--scenario", options.scenario_path,
+                                  "--report",   (dir / (spec.name + ".json")).string()};
+    for (const auto& set : options.sets) argv.insert(argv.end(), {"--set", set});
+    if (options.seed) argv.insert(argv.end(), {"--set", "seed=" + std::to_string(*options.seed)});
+    if (!options.command.empty()) argv = options.command;
+    children.push_back(std::make_unique<Child>(spec.name, std::move(argv), env,
                                                (dir / (spec.name + ".log")).string(),
                                                cluster ? cluster->netns_fd(spec.host) : -1));
     log("started " + spec.name + " (pid " + std::to_string(children.back()->pid()) + ")");
@@ -716,6 +723,18 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     cluster.reset();
   }
 
+  if (!options.command.empty()) {
+    // The application's nodes write no pstwin reports: the job is its processes' exit statuses.
+    RunReport report;
+    report.scenario = sc.name;
+    report.backend = "real";
+    report.completed = failure.empty();
+    report.failure = failure;
+    report.van = std::string(van_name(options.van));
+    report.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
+    report.run_time_s = report.wall_s;
+    return report;
+  }
   std::vector<NodePart> parts;
   for (const auto& spec : specs) {
     auto part = read_part((dir / (spec.name + ".json")).string());

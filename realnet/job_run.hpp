@@ -46,6 +46,10 @@ struct JobRunOptions {
   // With netns: faults.partitions that list hosts are made by the switch (NetnsCluster::cut), not by
   // the nodes' van layer (PSTWIN_PARTITIONS=kernel).
   bool kernel_partitions = false;
+  // Non-empty: every node runs this command (a ps-lite or pstwin.torch application, looked up on PATH)
+  // instead of `pstwin node`, with the same environment; the report then holds only whether every
+  // process ended with status 0 (`completed`, `failure`).
+  std::vector<std::string> command;
   Van van = Van::kZmq;                          // every node's transport (DMLC_PS_VAN_TYPE)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };

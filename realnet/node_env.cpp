@@ -94,7 +94,9 @@ const std::vector<std::string>& node_env_variables() {
       "DMLC_NODE_HOST", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC", "BYTEPS_SERVER_ENGINE_THREAD",
       "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL", "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE",
       "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN",
-      "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX"};
+      "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX",
+      // Read by pstwin.torch's DistributedOptimizer (docs/API.md), not by the node.
+      "PSTWIN_WORKLOAD_RECORD"};
   return names;
 }
 

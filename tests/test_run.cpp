@@ -378,6 +378,50 @@ TEST(Run, SigtermKillsEveryNode) {
   EXPECT_EQ(staging_left(run.output()), 0u) << run.output();
 }
 
+// `pstwin run FILE -- COMMAND`: every node runs the application with the job's DMLC_* environment, its
+// output comes back prefixed with the node's name, and the launcher's status is the job's.
+TEST(Run, CommandRunsOnEveryNodeWithTheJobsEnvironment) {
+  TempDir dir("command");
+  auto args =
+      run_args("scenarios/quickstart.toml", dir.path() / "out", {"roles.workers=2", "roles.servers=1"});
+  args.insert(args.end(),
+              {"--", "sh", "-c",
+               "echo role=$DMLC_ROLE id=${DMLC_WORKER_ID:-none} of=$DMLC_NUM_WORKER,$DMLC_NUM_SERVER "
+               "root=$DMLC_PS_ROOT_URI token=${PSTWIN_JOB_TOKEN:+set}"});
+  Pstwin run(args, dir.path() / "log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  for (const std::string line : {"[scheduler] role=scheduler id=none of=2,1 root=127.0.0.1 token=set",
+                                 "[server0] role=server id=none of=2,1 root=127.0.0.1 token=set",
+                                 "[worker0] role=worker id=0 of=2,1 root=127.0.0.1 token=set",
+                                 "[worker1] role=worker id=1 of=2,1 root=127.0.0.1 token=set"})
+    EXPECT_NE(run.output().find(line), std::string::npos) << line << "\n" << run.output();
+  // No pstwin reports: no results.json pretends to describe the application.
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "out" / "results.json"));
+}
+
+TEST(Run, AFailedCommandFailsTheJobNamingTheNode) {
+  TempDir dir("command-fails");
+  auto args =
+      run_args("scenarios/quickstart.toml", dir.path() / "out", {"roles.workers=2", "roles.servers=1"});
+  // Worker 1 fails at once; the others would wait far past the test's deadline: they are stopped.
+  args.insert(args.end(), {"--", "sh", "-c", "[ \"$DMLC_WORKER_ID\" = 1 ] && exit 3; exec sleep 600"});
+  Pstwin run(args, dir.path() / "log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 1) << run.output();
+  EXPECT_NE(run.output().find("worker1 failed with exit status 3"), std::string::npos) << run.output();
+  Pstwin missing(
+      [&] {
+        auto a = run_args("scenarios/quickstart.toml", dir.path() / "out2",
+                          {"roles.workers=1", "roles.servers=1"});
+        a.insert(a.end(), {"--", "pstwin-no-such-command"});
+        return a;
+      }(),
+      dir.path() / "log2");
+  ASSERT_EQ(missing.wait_until(Clock::now() + std::chrono::seconds(60)), 1) << missing.output();
+  EXPECT_NE(missing.output().find("cannot execute (not found, or not executable): pstwin-no-such-command"),
+            std::string::npos)
+      << missing.output();
+}
+
 TEST(Run, BadScenarioFieldIsBadInput) {
   TempDir dir("bad");
   Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "out", {"workload.iterashuns=2"}),

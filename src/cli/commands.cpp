@@ -383,6 +383,28 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
   }
 }
 
+namespace {
+
+// `pstwin run -- COMMAND`: every node's output, prefixed with its name as `[worker0] `, then the outcome.
+int print_command_job(const CommonOptions& common, const RunReport& report, const std::string& parts_dir) {
+  std::vector<std::filesystem::path> logs;
+  for (const auto& entry : std::filesystem::directory_iterator(parts_dir))
+    if (entry.path().extension() == ".log") logs.push_back(entry.path());
+  std::ranges::sort(logs);
+  for (const auto& log : logs) {
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);)
+      std::cout << "[" << log.stem().string() << "] " << line << "\n";
+  }
+  if (!report.completed)
+    std::cerr << "pstwin run: the job failed: " << report.failure << "\n";
+  else if (!common.quiet)
+    std::cout << "pstwin run: every node ended with status 0 (logs: " << parts_dir << ")\n";
+  return report.completed ? 0 : 1;
+}
+
+}  // namespace
+
 int run_job(const CommonOptions& common, const RunOptions& options) {
   Scenario scenario = load(common);
   if (options.seed) scenario.seed = *options.seed;
@@ -409,6 +431,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     return 2;
   }
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
+  job.command = options.command;
   RunReport report;
   try {
     report = realnet::run_job(scenario, job);
@@ -416,6 +439,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     std::cerr << "pstwin: " << e.what() << "\n";  // this machine cannot make the cluster: bad input
     return 2;
   }
+  if (!job.command.empty()) return print_command_job(common, report, job.parts_dir);
   write_outputs(report, scenario, out_dir);
   print_summary(common, report,
                 "  outputs: " + out_dir + "/results.json" + (scenario.output.trace ? ", trace.json" : "") +

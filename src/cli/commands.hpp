@@ -55,6 +55,8 @@ struct RunOptions {
   bool netns = false;  // one network namespace per scenario host, links shaped with tc (root only)
   bool kernel_partitions = false;  // with netns: faults.partitions of hosts cut by the switch (nftables)
   std::string van = "zmq";         // zmq | epoll (realnet/van.hpp)
+  // After `--`: every node runs this application instead of `pstwin node` (realnet::JobRunOptions).
+  std::vector<std::string> command;
 };
 
 struct CompareOptions {

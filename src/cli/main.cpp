@@ -1,11 +1,13 @@
 // pstwin: run parameter-server scenarios in the SimGrid twin (and, later, for real).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <iostream>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/data_files.hpp"
@@ -181,6 +183,10 @@ int main(int argc, char** argv) {
                   "the send pool) or ucx (UCX: shared memory, TCP or RDMA as UCX_TLS allows); sets "
                   "DMLC_PS_VAN_TYPE for the nodes")
       ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
+  run->footer(
+      "pstwin run FILE [OPTIONS] -- COMMAND [ARGS...]: every node runs COMMAND instead of `pstwin node` (a "
+      "ps-lite or pstwin.torch application, e.g. -- python3 train.py) with the scenario's roles and the "
+      "same DMLC_* environment; prints each node's output and exits 0 when every process did");
 
   CompareOptions compare_options;
   auto* compare = app.add_subcommand(
@@ -197,7 +203,22 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   try {
-    app.parse(argc, argv);
+    // `pstwin run ... -- COMMAND`: the command is cut off before CLI11 sees it, so its own arguments
+    // (`sh -c`, `python3 -u`) are never taken for pstwin's options.
+    std::vector<std::string> args(argv, argv + argc);
+    if (const auto dashes = std::ranges::find(args, "--");
+        args.size() > 1 && args[1] == "run" && dashes != args.end()) {
+      run_options.command.assign(dashes + 1, args.end());
+      args.erase(dashes, args.end());
+      if (run_options.command.empty()) {
+        std::cerr << "pstwin run: nothing after --; give the command every node runs, e.g. -- python3 "
+                     "train.py\n";
+        return 2;
+      }
+    }
+    std::vector<char*> parsed;
+    for (auto& arg : args) parsed.push_back(arg.data());
+    app.parse(static_cast<int>(parsed.size()), parsed.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

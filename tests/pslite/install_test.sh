@@ -34,4 +34,14 @@ echo "$out" | grep -q "worker rank 0 (node 9): $((iterations - 1)) iterations" |
   echo "install_test: the installed pstwin node did not run the installed quickstart ($((iterations - 1)) iterations)"
   exit 1
 }
+# pstwin.torch, where this build has it: the installed module loads the installed libpstwin.
+if compgen -G "$build/python/pstwin/_core*.so" > /dev/null; then
+  site=$(compgen -G "$prefix/lib/python3*/dist-packages" | head -1)
+  [[ -n $site && -e $site/pstwin/torch/__init__.py ]] || { echo "install_test: pstwin.torch was not installed"; exit 1; }
+  core=$(cd / && PYTHONPATH="$site" python3 -c "import pstwin._core as c; print(c.__file__)")
+  [[ $core == "$site"/* ]] || { echo "install_test: pstwin._core came from $core, not $site"; exit 1; }
+  lib=$(ldd "$core" | awk '/libpstwin\.so/ {print $3}')
+  [[ -n $lib && $(readlink -f "$lib") == $(readlink -f "$prefix/lib/libpstwin.so") ]] ||
+    { echo "install_test: $core loads '$lib', not $prefix/lib/libpstwin.so"; exit 1; }
+fi
 echo "install_test: ok"
