@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "realnet/job_children.hpp"
 #include "realnet/job_launch.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
@@ -236,6 +237,39 @@ TEST(Launch, FailedNodeOrSignalStopsEveryNode) {
   EXPECT_EQ(launch.wait_until(Clock::now() + std::chrono::seconds(30)), 128 + SIGTERM) << launch.output();
   const pid_t pid = static_cast<pid_t>(std::stol(worker[1]));
   EXPECT_NE(::kill(pid, 0), 0) << "worker3 (pid " << pid << ") outlived the launcher";
+}
+
+// A launched node stops when its stdin ends (the launcher stopped the job, died, or ssh dropped) as
+// on SIGTERM, and still sends its report: here a scheduler whose workers never come.
+TEST(Launch, NodeStopsWhenItsStdinEndsAndStillReports) {
+  const auto dir = testing::fresh_dir("launch-stdin");
+  const realnet::LaunchMessage message{
+      {{"DMLC_ROLE", "scheduler"},
+       {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+       {"DMLC_PS_ROOT_PORT", "0"},
+       {"DMLC_NUM_WORKER", "2"},
+       {"DMLC_NUM_SERVER", "1"},
+       {"PSTWIN_JOB_TOKEN", std::string(64, 'a')}},
+      resolved_toml(load_scenario(std::string(PSTWIN_SOURCE_DIR) + "/scenarios/quickstart.toml"))};
+  std::ofstream(dir / "stdin") << realnet::launch_message_text(message);
+  // What comes on stdin is checked as the environment is: port 0 is refused.
+  auto r = testing::run_shell("(cat " + (dir / "stdin").string() + "; sleep 2) | timeout 120 " +
+                              PSTWIN_BINARY + " node --launched > " + (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("DMLC_PS_ROOT_PORT"), std::string::npos) << r.output;
+
+  auto with_port = message;
+  with_port.env["DMLC_PS_ROOT_PORT"] = std::to_string(realnet::free_local_port());
+  std::ofstream(dir / "stdin") << realnet::launch_message_text(with_port);
+  // `timeout` (status 124) only keeps a node that never stops from hanging the test.
+  r = testing::run_shell("(cat " + (dir / "stdin").string() + "; sleep 2) | timeout 120 " + PSTWIN_BINARY +
+                         " node --launched > " + (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
+  const auto part = realnet::report_from_output(testing::read_text(dir / "out"));
+  ASSERT_TRUE(part.has_value()) << testing::read_text(dir / "out");
+  EXPECT_EQ(part->role, Role::kScheduler);
+  EXPECT_FALSE(part->completed);
+  EXPECT_EQ(part->scheduler, "127.0.0.1:" + with_port.env["DMLC_PS_ROOT_PORT"]);
 }
 
 }  // namespace
