@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "realnet/job_parts.hpp"
 #include "realnet/node_run.hpp"
 #include "realnet/van.hpp"
 #include "report/run_report.hpp"
@@ -18,23 +19,12 @@
 
 namespace pstwin::realnet {
 
-// The JSON `pstwin node --report PATH` writes, and back.
-nlohmann::ordered_json part_to_json(const NodePart& part);
-NodePart part_from_json(const nlohmann::json& json);
-
 // One child process as the launcher saw it.
 struct ChildOutcome {
   std::string name;     // "scheduler", "server0", "worker1", ...
   int exit_code = -1;   // the exit status, 128 + signal if killed, -1 if it never ended on its own
   std::string failure;  // "" when it ended with status 0
 };
-
-// Merges the parts into a report as RunRecorder::fill and run_local do: iterations are per index the
-// slowest worker's duration, invariant counts are sums, violations name their node, and the model
-// digest combines the per-key digests exactly as RunRecorder::fill does. `failure` non-empty: the job
-// as a whole failed (a child failed, a timeout or a signal).
-RunReport merge_parts(const Scenario& scenario, const std::vector<NodePart>& parts,
-                      const std::string& failure);
 
 struct JobRunOptions {
   std::string binary;                 // the pstwin executable to spawn ("" = /proc/self/exe)

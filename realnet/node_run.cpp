@@ -429,6 +429,8 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.id = id;
   part.rank = id == kNoNode ? -1 : rank_of(id);
   part.address = address;
+  part.scheduler = env.scheduler_address();
+  part.scenario = resolved_toml(sc);
   part.completed = completed;
   part.crashed = crashed;
   part.faults = std::move(faults);

@@ -59,6 +59,10 @@ struct NodePart {
   // What it refused (malformed, forged, unauthenticated, over the limits), per peer: "node 9", or the
   // host of connections that never proved membership (LoopRuntime::refusals).
   std::map<std::string, std::uint64_t> refused;
+  // Which job it was part of, for `pstwin merge` to refuse another job's report: the scheduler's
+  // address (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT) and the scenario it ran, resolved (resolved_toml).
+  std::string scheduler;
+  std::string scenario;
 };
 
 struct NodeRunResult {

@@ -86,6 +86,15 @@ std::string refusals_text(const RunReport& report) {
   return out;
 }
 
+std::string simulated_digest(const std::string& args, const std::filesystem::path& out) {
+  const auto sim = run_pstwin("sim " + args + " -q --out " + out.string());
+  EXPECT_EQ(sim.exit_code, 0) << sim.output;
+  if (sim.exit_code != 0) return "";
+  const std::string digest = read_json(out / "results.json").value("model_digest", "");
+  EXPECT_FALSE(digest.empty()) << "pstwin sim " << args << " wrote no model_digest";
+  return digest;
+}
+
 std::filesystem::path fresh_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("pstwin-test-" + std::to_string(getpid())) / name;
   std::filesystem::remove_all(dir);

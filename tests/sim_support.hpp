@@ -33,6 +33,9 @@ struct ExploreFinding {
 std::optional<ExploreFinding> first_finding(const std::string& explore_output);
 // A printed replay command ("pstwin sim ..."), run as printed with this build's binary, writing to `out`.
 CommandResult run_replay(const std::string& replay, const std::filesystem::path& out);
+// The model_digest of `pstwin sim ARGS -q --out OUT` (ARGS: the scenario and its --set options); ""
+// and a test failure when the simulation fails or has no digest.
+std::string simulated_digest(const std::string& args, const std::filesystem::path& out);
 // A fresh, empty directory under the build tree's temp area, removed at exit of the test process.
 std::filesystem::path fresh_dir(const std::string& name);
 

@@ -333,5 +333,78 @@ TEST(Cli, ExploreCountsMissedBoundsApartFromSafetyViolations) {
   EXPECT_EQ(read_json(dir / "explore.json")[0]["class"], "safety");
 }
 
+// --shard I/N: seed FIRST+k runs on shard k mod N, and `pstwin merge` of the shards' files writes the
+// explore.json one unsharded explore writes (a swarm's too, but for its wall times and jobs).
+TEST(Cli, ExploreShardsMergeIntoTheUnshardedExplore) {
+  const auto dir = fresh_dir("explore-shards");
+  for (const bool swarm : {false, true}) {
+    SCOPED_TRACE(swarm ? "swarm" : "plain");
+    const std::string args = "explore scenarios/crossed_line.toml -q --seeds 5 --first-seed 3" +
+                             std::string(swarm ? " --swarm" : "");
+    const std::string tag = swarm ? "-swarm" : "";
+    const auto whole = run_pstwin(args + " --out " + (dir / ("whole" + tag)).string());
+    ASSERT_LE(whole.exit_code, 1) << whole.output;
+    const auto shards = dir / ("shards" + tag);
+    for (const std::string shard : {"0/3", "2/3", "1/3"}) {
+      const auto r = run_pstwin(args + " --shard " + shard + " --out " + shards.string());
+      ASSERT_LE(r.exit_code, 1) << r.output;
+    }
+    const auto two = read_json(shards / "explore-shard-2-of-3.json");
+    ASSERT_EQ(two["runs"].size(), 1u) << two.dump();  // seeds 3..7: k = 2 is seed 5
+    EXPECT_EQ(two["runs"][0]["seed"], 5);
+    const auto merged =
+        run_pstwin("merge -q " + shards.string() + " --out " + (dir / ("merged" + tag)).string());
+    ASSERT_EQ(merged.exit_code, 0) << merged.output;
+    auto expected = read_json(dir / ("whole" + tag) / "explore.json");
+    auto got = read_json(dir / ("merged" + tag) / "explore.json");
+    if (swarm)
+      for (auto* doc : {&expected, &got})
+        for (const char* timing : {"wall_s", "seeds_per_s", "jobs"}) doc->erase(timing);
+    EXPECT_EQ(got, expected);
+    if (!swarm) {
+      EXPECT_EQ(read_text(dir / "merged" / "explore.json"), read_text(dir / "whole" / "explore.json"));
+    }
+  }
+}
+
+TEST(Cli, SweepShardsMergeIntoTheUnshardedSweep) {
+  const auto dir = fresh_dir("sweep-shards");
+  const std::string args =
+      "sweep scenarios/quickstart.toml -q --no-plots --set workload.iterations=2 --grid roles.workers=1,2 "
+      "--seeds 2";
+  ASSERT_EQ(run_pstwin(args + " --out " + (dir / "whole").string()).exit_code, 0);
+  // Shard 2 of 3 holds run 2 only (roles.workers=2, the first seed); mpirun's rank and size name the shard.
+  for (const std::string shard : {"0", "1", "2"}) {
+    const auto r =
+        run_shell("env OMPI_COMM_WORLD_RANK=" + shard + " OMPI_COMM_WORLD_SIZE=3 " + PSTWIN_BINARY + " " +
+                  args + " --shard launcher --out " + (dir / "shards").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "shards" / "sweep.csv"));
+  const auto merged =
+      run_pstwin("merge -q " + (dir / "shards").string() + " --out " + (dir / "merged").string());
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  EXPECT_EQ(read_text(dir / "merged" / "sweep.csv"), read_text(dir / "whole" / "sweep.csv"));
+  EXPECT_EQ(read_text(dir / "merged" / "sweep.json"), read_text(dir / "whole" / "sweep.json"));
+  // A missing shard is named, with how to make it.
+  std::filesystem::remove(dir / "shards" / "sweep-shard-1-of-3.json");
+  const auto missing =
+      run_pstwin("merge -q " + (dir / "shards").string() + " --out " + (dir / "again").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("no sweep-shard-1-of-3.json; run --shard I/3 for each missing I"),
+            std::string::npos)
+      << missing.output;
+}
+
+TEST(Cli, BadShardsAreRefusedNamingTheOption) {
+  const auto dir = fresh_dir("bad-shards");
+  for (const auto& [shard, names] : std::vector<std::pair<std::string, std::string>>{
+           {"3/3", "--shard 3/3: expected shard I of N with 0 <= I < N"},
+           {"1", "--shard 1: expected I/N"},
+           {"a/b", "--shard a/b: expected shard I of N"},
+           {"launcher", "--shard launcher: neither OMPI_COMM_WORLD_RANK"}})
+    expect_refused({"explore scenarios/quickstart.toml --seeds 2 --shard " + shard, names}, dir);
+}
+
 }  // namespace
 }  // namespace pstwin

@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <numeric>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -353,6 +355,51 @@ TEST(Netns, BadHostBandwidthIsRefusedBeforeAnyNamespace) {
       testing::run_pstwin("run scenarios/quickstart.toml --netns -q --set cluster.host_bandwidth=fast");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("host_bandwidth"), std::string::npos) << r.output;
+}
+
+// The Done-when of `pstwin launch`: a hostfile of namespace hosts, each node started in its host's
+// namespace by `ip netns exec`, completes the job with the simulator's final model; every node
+// advertises its namespace's address, and the scheduler is on the first host.
+TEST(Netns, LaunchOnAHostfileOfNamespaceHostsGivesTheSimulatorsDigest) {
+  SKIP_WITHOUT_NAMESPACES();
+  const auto dir = testing::fresh_dir("netns-launch");
+  const std::vector<std::pair<std::string, std::string>> sets{{"workload.iterations", "2"}};
+  const Scenario sc = load_scenario(std::string(PSTWIN_SOURCE_DIR) + "/scenarios/quickstart.toml", sets);
+  const std::string prefix = "pstwin-launch-" + std::to_string(::getpid()) + "-";
+  std::vector<std::string> addresses;
+  {
+    const NetnsCluster hosts(sc, prefix);
+    std::ofstream hostfile(dir / "hosts");
+    hostfile << "# one namespace per host\n";
+    for (const auto& h : hosts.hosts()) {
+      hostfile << h.netns << " address=" << h.address << "\n";
+      addresses.push_back(h.address);
+    }
+    hostfile.close();
+    const auto launched = testing::run_pstwin(
+        "launch scenarios/quickstart.toml --set workload.iterations=2 --hostfile " +
+        (dir / "hosts").string() + " --rsh 'ip netns exec {host}' --out " + (dir / "real").string());
+    ASSERT_EQ(launched.exit_code, 0) << launched.output;
+    EXPECT_NE(launched.output.find("scheduler on " + hosts.hosts().front().netns + " (" + addresses.front()),
+              std::string::npos)
+        << launched.output;
+  }
+  EXPECT_TRUE(NetnsCluster::namespaces_with_prefix(prefix).empty());
+  const std::string digest =
+      testing::simulated_digest("scenarios/quickstart.toml --set workload.iterations=2", dir / "sim");
+  const auto real = testing::read_json(dir / "real" / "results.json");
+  EXPECT_EQ(real["model_digest"], digest);
+  EXPECT_TRUE(real["completed"].get<bool>()) << real.dump();
+  // The scheduler's table: 2 servers and 4 workers dealt over the hosts, each at its host's address.
+  ASSERT_EQ(real["nodes"].size(), 6u) << real["nodes"].dump();
+  std::set<std::string> used;
+  for (const auto& node : real["nodes"]) {
+    const std::string address = node["address"];
+    const std::string host = address.substr(0, address.find(':'));
+    EXPECT_NE(std::find(addresses.begin(), addresses.end(), host), addresses.end()) << node.dump();
+    used.insert(host);
+  }
+  EXPECT_EQ(used.size(), std::min<std::size_t>(addresses.size(), 6u)) << real["nodes"].dump();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -595,6 +596,128 @@ TEST(Node, ShmStagingUnlinksWhatItCreated) {
   EXPECT_FALSE(std::filesystem::exists(path));
   kept->bytes()[4095] = std::byte{1};  // the mapping outlives the name
   EXPECT_EQ(kept->bytes()[4095], std::byte{1});
+}
+
+// ---------------------------------------------------------------- pstwin merge
+
+// A hand-launched job (scheduler, 1 server, 2 workers, 2 iterations) whose nodes write their reports
+// to `dir`: the scheduler and the server to DIR/ (named by role and rank), the workers to files.
+void hand_launched_job(const std::string& tag, const std::filesystem::path& dir) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  auto with_report = [&](const std::string& report) {
+    std::vector<std::string> args = kQuickstart;
+    args.insert(args.end(), {"--report", report, "-q"});
+    return args;
+  };
+  NodeProcess scheduler("scheduler-" + tag, job_env("scheduler", port), with_report(dir.string() + "/"));
+  NodeProcess server("server-" + tag, job_env("server", port), with_report(dir.string() + "/"));
+  NodeProcess worker0("worker0-" + tag, worker_env(0, port), with_report((dir / "w0.json").string()));
+  NodeProcess worker1("worker1-" + tag, worker_env(1, port), with_report((dir / "w1.json").string()));
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (NodeProcess* node : {&scheduler, &server, &worker0, &worker1})
+    ASSERT_EQ(node->wait_until(deadline), 0) << node->output();
+}
+
+// The Done-when of the launchers: the reports of a job started by hand merge into the simulator's
+// final model, with the job's iterations, checks and one trace.
+TEST(Merge, HandLaunchedJobGivesTheSimulatorsModelDigest) {
+  const auto dir = testing::fresh_dir("merge-hand");
+  ASSERT_NO_FATAL_FAILURE(hand_launched_job("merge", dir / "parts"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "parts" / "scheduler.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "parts" / "server0.json"));
+  const auto merged =
+      testing::run_pstwin("merge " + (dir / "parts").string() + " --out " + (dir / "real").string());
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  EXPECT_NE(merged.output.find("4 node reports merged"), std::string::npos) << merged.output;
+  const std::string digest = testing::simulated_digest(
+      "scenarios/quickstart.toml --set workload.iterations=2 --set roles.workers=2 --set roles.servers=1",
+      dir / "sim");
+  const auto real = testing::read_json(dir / "real" / "results.json");
+  EXPECT_EQ(real["model_digest"], digest);
+  EXPECT_EQ(real["backend"], "real");
+  EXPECT_TRUE(real["completed"].get<bool>()) << real.dump();
+  EXPECT_EQ(real["iterations"].size(), 2u);
+  EXPECT_GT(real["invariants"]["checked"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(real["invariants"]["violation_count"], 0);
+  EXPECT_EQ(real["nodes"].size(), 3u);  // the scheduler's table: 1 server, 2 workers
+  // One trace: a process per node.
+  const auto trace = testing::read_json(dir / "real" / "trace.json");
+  std::set<int> processes;
+  for (const auto& event : trace["traceEvents"])
+    if (event.contains("pid")) processes.insert(event["pid"].get<int>());
+  EXPECT_EQ(processes.size(), 4u) << trace.dump().substr(0, 2000);
+  // Merged again without --out: next to the reports, which are still the only parts read.
+  const auto again = testing::run_pstwin("merge -q " + (dir / "parts").string());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output, "");
+  EXPECT_EQ(testing::read_json(dir / "parts" / "results.json")["model_digest"], digest);
+  const auto twice = testing::run_pstwin("merge -q " + (dir / "parts").string());
+  EXPECT_EQ(twice.exit_code, 0) << twice.output;
+}
+
+// What cannot be merged is refused naming the file and the fix; a missing node is a warning naming it.
+TEST(Merge, RefusesForeignDuplicateAndMalformedReportsAndNamesMissingNodes) {
+  const auto dir = testing::fresh_dir("merge-bad");
+  ASSERT_NO_FATAL_FAILURE(hand_launched_job("merge-bad", dir / "parts"));
+  namespace fs = std::filesystem;
+  // Each case: a fresh copy of the job's reports, changed.
+  auto variant = [&](const std::string& name) {
+    const auto copy = dir / name;
+    fs::copy(dir / "parts", copy);
+    return copy;
+  };
+  auto merge = [&](const fs::path& parts) { return testing::run_pstwin("merge -q " + parts.string()); };
+
+  const auto malformed = variant("malformed");
+  std::ofstream(malformed / "notes.json") << "{\"role\": \"worker\", \"rank\": ";
+  auto r = merge(malformed);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find((malformed / "notes.json").string() + ": not a node report"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("remove it from the directory"), std::string::npos) << r.output;
+
+  const auto duplicate = variant("duplicate");
+  fs::copy_file(duplicate / "w1.json", duplicate / "w1-again.json");
+  r = merge(duplicate);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("two reports of one node"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("w1-again.json"), std::string::npos) << r.output;
+
+  // A report of another job on another port: its scheduler differs.
+  const auto foreign = variant("foreign");
+  auto part = testing::read_json(foreign / "w0.json");
+  part["scheduler"] = "127.0.0.1:1";
+  std::ofstream(foreign / "w0.json") << part.dump();
+  r = merge(foreign);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find((foreign / "w0.json").string() + ": a report of another job: its scheduler is "
+                                                           "\"127.0.0.1:1\""),
+            std::string::npos)
+      << r.output;
+  // ... and one of the same scheduler address but another run: not at its address in the node table.
+  part = testing::read_json(dir / "parts" / "w0.json");
+  part["address"] = "127.0.0.1:2";
+  std::ofstream(foreign / "w0.json") << part.dump();
+  r = merge(foreign);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not in the node table of"), std::string::npos) << r.output;
+
+  const auto missing = variant("missing");
+  fs::remove(missing / "w1.json");
+  r = testing::run_pstwin("merge " + missing.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("pstwin merge: warning: no report from worker 1 in"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(testing::read_json(missing / "results.json")["completed"].get<bool>());
+
+  r = merge(dir / "empty");
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // no such directory
+  fs::create_directories(dir / "empty");
+  r = merge(dir / "empty");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no node reports (*.json) in it"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "cli/commands.hpp"
+#include "cli/shards.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -11,11 +13,16 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <thread>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/random.hpp"
 #include "cuda/cuda_tensors.hpp"
+#include "realnet/job_launch.hpp"
+#include "realnet/job_parts.hpp"
 #include "realnet/job_run.hpp"
 #include "realnet/netns_cluster.hpp"
 #include "realnet/node_env.hpp"
@@ -72,6 +79,18 @@ void print_summary(const CommonOptions& common, const RunReport& report, const s
   (common.quiet ? std::cerr : std::cout) << summary_text(report, results_path) << outputs;
 }
 
+// A finished run's results.json, trace.json and resolved.toml in `out_dir` and its summary, listing
+// them and `more_outputs`; the exit status.
+int finish_run(const CommonOptions& common, const RunReport& report, const Scenario& scenario,
+               const std::string& out_dir, const std::string& more_outputs) {
+  write_outputs(report, scenario, out_dir);
+  print_summary(common, report,
+                "  outputs: " + out_dir + "/results.json" + (scenario.output.trace ? ", trace.json" : "") +
+                    ", resolved.toml" + more_outputs + "\n",
+                out_dir + "/results.json");
+  return report.ok() ? 0 : 1;
+}
+
 // What of a run the seed can change, compared across seeds: timing, traffic, values and checks (not
 // the seed itself, the replay command or the wall time). Equal for every seed: the seed changed nothing.
 nlohmann::ordered_json seed_fingerprint(const RunReport& report) {
@@ -104,12 +123,7 @@ int run_sim(const CommonOptions& common, const SimOptions& options) {
   if (!common.quiet)
     sim_options.progress = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   const RunReport report = sim::run_simulation(scenario, sim_options);
-  write_outputs(report, scenario, out_dir);
-  print_summary(common, report,
-                "  outputs: " + out_dir + "/results.json" + (scenario.output.trace ? ", trace.json" : "") +
-                    ", resolved.toml\n",
-                out_dir + "/results.json");
-  return report.ok() ? 0 : 1;
+  return finish_run(common, report, scenario, out_dir, "");
 }
 
 int run_check(const CommonOptions& common) {
@@ -238,7 +252,10 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
   std::vector<std::vector<std::pair<std::string, std::string>>> knobs;
   std::vector<std::pair<std::string, std::string>> user_sets;
   for (const auto& text : common.sets) user_sets.push_back(split_override(text));
+  const Shard shard =
+      options.shard.empty() ? Shard{} : parse_shard(options.shard, realnet::process_environment());
   for (std::uint64_t i = 0; i < options.seeds; ++i) {
+    if (!shard.holds(i)) continue;
     const std::uint64_t seed = options.first_seed + i;
     if (options.swarm) {
       knobs.push_back(draw_swarm(base, seed));
@@ -294,7 +311,8 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
     out << "\n  replay: " << report.replay << "\n";
   }
   const std::string range =
-      std::to_string(options.first_seed) + ".." + std::to_string(options.first_seed + options.seeds - 1);
+      std::to_string(options.first_seed) + ".." + std::to_string(options.first_seed + options.seeds - 1) +
+      (shard.count > 1 ? ", shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) : "");
   if (!common.quiet || bad > 0) {
     if (options.swarm)
       out << "swarm explored " << reports.size() << " seeds (" << range << ") of " << base.name << ": "
@@ -318,7 +336,19 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
            "seed changes, so they explored one interleaving; set perturbation.compute_jitter, "
            "executor_jitter, delivery_jitter or start_jitter (e.g. --set perturbation.delivery_jitter=20us) "
            "to explore\n";
-  if (!options.out_dir.empty()) {
+  if (!options.out_dir.empty() && shard.count > 1) {
+    // What `pstwin merge` needs to put the shards back together (src/cli/shards.hpp).
+    nlohmann::ordered_json doc = {{"shard", {{"index", shard.index}, {"count", shard.count}}},
+                                  {"scenario", base.name},
+                                  {"swarm", options.swarm},
+                                  {"seeds", options.seeds},
+                                  {"first_seed", options.first_seed},
+                                  {"jobs", options.jobs},
+                                  {"wall_s", wall_s},
+                                  {"runs", std::move(summary)}};
+    std::ofstream(std::filesystem::path(options.out_dir) / shard.file_name("explore", "json"))
+        << doc.dump(2) << "\n";
+  } else if (!options.out_dir.empty()) {
     std::filesystem::create_directories(options.out_dir);
     if (options.swarm) {
       const auto n = static_cast<double>(std::max<std::size_t>(reports.size(), 1));
@@ -345,27 +375,65 @@ int run_explore(const CommonOptions& common, const ExploreOptions& options) {
   return bad == 0 ? 0 : 1;
 }
 
+namespace {
+
+// `pstwin node --launched`: the launcher keeps this node's stdin open while it wants the node. Its end
+// (the launcher stopped the job or died, or the ssh connection dropped) stops the node as SIGTERM
+// does, so it still reports what it completed. The reading thread keeps SIGINT and SIGTERM blocked:
+// they are the node's to take (realnet/stop_signals.hpp).
+void stop_when_stdin_ends() {
+  std::thread([] {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    char buffer[256];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;
+    }
+    ::kill(::getpid(), SIGTERM);
+  }).detach();
+}
+
+}  // namespace
+
 int run_node(const CommonOptions& common, const NodeOptions& node_options) {
-  const auto environment = realnet::process_environment();
+  auto environment = realnet::process_environment();
+  std::optional<realnet::LaunchMessage> launched;
+  if (node_options.launched) {
+    launched = realnet::read_launch_message(std::cin);
+    for (const auto& [name, value] : launched->env) environment[name] = value;
+    stop_when_stdin_ends();
+  }
   // Names first: a misspelled variable explains a "required variable is not set" that follows.
   for (const auto& warning : realnet::check_env_names(environment))
     if (!common.quiet) std::cerr << "pstwin node: warning: " << warning << "\n";
   const realnet::NodeEnv env = realnet::parse_node_env(realnet::node_variables(environment));
   auto overrides = env.scenario_overrides();
   for (const auto& text : common.sets) overrides.push_back(split_override(text));
-  const Scenario scenario = load_scenario(common.scenario_path, overrides);
+  const Scenario scenario =
+      launched ? parse_scenario(launched->scenario, "the scenario from pstwin launch", overrides)
+               : load_scenario(common.scenario_path, overrides);
   realnet::NodeRunOptions options;
   if (common.quiet) options.log = [](std::string_view) {};
   try {
     const auto result = realnet::run_node(scenario, env, options);
     if (!node_options.report_path.empty()) {
-      const std::filesystem::path path(node_options.report_path);
+      std::filesystem::path path(node_options.report_path);
+      // A directory (DIR/): one file per node in it, named by role and rank, for launchers that give
+      // every process the same arguments (mpirun, srun).
+      if (node_options.report_path.ends_with('/') || std::filesystem::is_directory(path))
+        path /= realnet::part_file_name(result.part, ::getpid());
       if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
       // Written whole under a temporary name, then renamed: a reader never sees half a report.
-      const std::string temporary = node_options.report_path + ".tmp";
+      const std::string temporary = path.string() + ".tmp";
       std::ofstream(temporary) << realnet::part_to_json(result.part).dump(2) << "\n";
       std::filesystem::rename(temporary, path);
     }
+    if (launched) std::cout << realnet::framed_report(result.part) << std::flush;
     std::cerr << result.details;
     // -q: the summary line only when something went wrong (on stderr, with the details above).
     if (!common.quiet)
@@ -440,12 +508,77 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     return 2;
   }
   if (!job.command.empty()) return print_command_job(common, report, job.parts_dir);
-  write_outputs(report, scenario, out_dir);
-  print_summary(common, report,
-                "  outputs: " + out_dir + "/results.json" + (scenario.output.trace ? ", trace.json" : "") +
-                    ", resolved.toml, parts/\n",
-                out_dir + "/results.json");
-  return report.ok() ? 0 : 1;
+  return finish_run(common, report, scenario, out_dir, ", parts/");
+}
+
+int run_launch(const CommonOptions& common, const LaunchOptions& options) {
+  Scenario scenario = load(common);
+  if (options.seed) scenario.seed = *options.seed;
+  std::ifstream in(options.hostfile);
+  std::ostringstream hostfile;
+  hostfile << in.rdbuf();
+  realnet::JobLaunchOptions launch;
+  launch.hosts = realnet::parse_hostfile(hostfile.str(), options.hostfile);
+  launch.rsh = options.rsh;
+  launch.remote_binary = options.remote_pstwin;
+  launch.port = options.port;
+  launch.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
+  // Checked before anything starts: a bad --rsh or binary path is bad input, not a failed job.
+  realnet::remote_command(launch, launch.hosts.front());
+  const std::string out_dir = out_dir_of(scenario, options.out_dir);
+  launch.parts_dir = out_dir + "/parts";
+  if (!common.quiet) launch.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
+  const RunReport report = realnet::launch_job(scenario, launch);
+  return finish_run(common, report, scenario, out_dir, ", parts/");
+}
+
+int run_merge(const MergeOptions& options) {
+  if (const auto kind = shard_kind(options.parts_dir)) {
+    if (!options.scenario_path.empty())
+      throw ScenarioError("--scenario: not for shards, which name their scenario; leave it out");
+    const std::string out_dir = options.out_dir.empty() ? options.parts_dir : options.out_dir;
+    prepare_out_dir(out_dir, !options.out_dir.empty());
+    if (*kind == ShardKind::kExplore) {
+      merge_explore_shards(options.parts_dir, out_dir);
+      if (!options.quiet) std::cout << "merged explore shards: " << out_dir << "/explore.json\n";
+      return 0;
+    }
+    merge_sweep_shards(options.parts_dir, out_dir);
+    if (!options.quiet) std::cout << "merged sweep shards: " << out_dir << "/sweep.csv, sweep.json\n";
+    return draw_sweep_plots(out_dir, options.quiet) ? 0 : 1;
+  }
+  const auto job = realnet::read_job_parts(options.parts_dir);
+  std::vector<realnet::NodePart> parts;
+  for (const auto& p : job) parts.push_back(p.part);
+  Scenario scenario;
+  if (!options.scenario_path.empty()) {
+    std::vector<std::pair<std::string, std::string>> overrides;
+    for (const auto& text : options.sets) overrides.push_back(split_override(text));
+    scenario = load_scenario(options.scenario_path, overrides);
+  } else if (job.front().part.scenario.empty()) {
+    throw ScenarioError(job.front().file.string() +
+                        ": names no scenario (written by an older pstwin node); pass --scenario FILE, the "
+                        "scenario the job ran (with --set for what its DMLC_* variables changed)");
+  } else {
+    scenario = parse_scenario(job.front().part.scenario, job.front().file.string() + " (its scenario)");
+  }
+  std::string failure;
+  if (const auto missing = realnet::missing_nodes(scenario, parts); !missing.empty()) {
+    std::string names;
+    for (const auto& name : missing) names += (names.empty() ? "" : ", ") + name;
+    // A warning and the report's failure: without a server's report its keys are missing from the
+    // model digest; without a worker's its iterations.
+    std::cerr << "pstwin merge: warning: no report from " << names << " in " << options.parts_dir
+              << " (start each node with --report); merged without them\n";
+    failure = "no report from " + names;
+  }
+  RunReport report = realnet::merge_parts(scenario, parts, failure);
+  const std::string out_dir = options.out_dir.empty() ? options.parts_dir : options.out_dir;
+  prepare_out_dir(out_dir, !options.out_dir.empty());
+  if (!options.quiet) std::cout << "pstwin merge: " << parts.size() << " node reports merged\n";
+  CommonOptions common;
+  common.quiet = options.quiet;
+  return finish_run(common, report, scenario, out_dir, "");
 }
 
 int run_compare(const CompareOptions& options) {

@@ -28,6 +28,7 @@ struct ExploreOptions {
   int jobs = 2;
   std::string out_dir;  // "" = no explore.json
   bool swarm = false;   // draw fault knobs per seed (docs/FAULTS.md, "Swarm")
+  std::string shard;    // "I/N" or "launcher": run seed first_seed + k only when k mod N = I
 };
 
 struct SweepOptions {
@@ -37,6 +38,7 @@ struct SweepOptions {
   int jobs = 2;
   std::string out_dir;  // "" = pstwin-out/<scenario name>-sweep
   bool plots = true;    // --no-plots: sweep.csv and sweep.json only
+  std::string shard;    // "I/N" or "launcher": run k of the grid x seeds product only when k mod N = I
 };
 
 struct PlotOptions {
@@ -47,6 +49,17 @@ struct PlotOptions {
 
 struct NodeOptions {
   std::string report_path;  // "" = no partial report
+  bool launched = false;    // environment and scenario from stdin, report to stdout (`pstwin launch`)
+};
+
+struct LaunchOptions {
+  std::string hostfile;               // HOST [slots=N] [address=IP] lines (realnet/job_launch.hpp)
+  std::optional<std::uint64_t> seed;  // every node's scenario seed
+  std::string out_dir;                // "" = pstwin-out/<scenario name>
+  std::string rsh = "ssh -o BatchMode=yes {host}";
+  std::string remote_pstwin;  // "" = this binary's path
+  int port = 0;               // the scheduler's port; 0 = one free on this machine
+  std::string van = "zmq";
 };
 
 struct RunOptions {
@@ -57,6 +70,14 @@ struct RunOptions {
   std::string van = "zmq";         // zmq | epoll (realnet/van.hpp)
   // After `--`: every node runs this application instead of `pstwin node` (realnet::JobRunOptions).
   std::vector<std::string> command;
+};
+
+struct MergeOptions {
+  std::string parts_dir;          // the nodes' --report files
+  std::string scenario_path;      // "" = the scenario the reports name
+  std::vector<std::string> sets;  // FIELD=VALUE on top of scenario_path
+  std::string out_dir;            // "" = parts_dir
+  bool quiet = false;
 };
 
 struct CompareOptions {
@@ -70,6 +91,9 @@ int run_check(const CommonOptions& common);
 int run_explore(const CommonOptions& common, const ExploreOptions& options);
 // The product of grid values and seeds in the simulator: sweep.csv, sweep.json and plots (docs/SWEEP.md).
 int run_sweep(const CommonOptions& common, const SweepOptions& options);
+// The plots of a sweep's sweep.csv with tools/pstwin_plot.py; a machine without python3 or matplotlib
+// still has the CSV, and is told what to install. False only when the script itself failed.
+bool draw_sweep_plots(const std::string& out_dir, bool quiet);
 // PNG and SVG plots of one run: iteration times, link utilisation, accuracy (docs/SWEEP.md).
 int run_plot(const PlotOptions& options);
 // One node of a real job, configured by the BytePS/ps-lite environment (docs/ENVIRONMENT.md) on top
@@ -77,6 +101,13 @@ int run_plot(const PlotOptions& options);
 int run_node(const CommonOptions& common, const NodeOptions& options);
 // A whole real job as local `pstwin node` processes on 127.0.0.1; writes the same outputs as sim.
 int run_job(const CommonOptions& common, const RunOptions& options);
+
+// results.json and trace.json of a real job started any other way (by hand, mpirun, Slurm) from its
+// nodes' --report files (realnet/job_parts.hpp).
+int run_merge(const MergeOptions& options);
+
+// A whole real job on a hostfile's hosts through a remote shell (realnet/job_launch.hpp).
+int run_launch(const CommonOptions& common, const LaunchOptions& options);
 
 // Side by side: per-iteration time, per-link bytes and utilisation, relative errors (src/report/compare.hpp).
 int run_compare(const CompareOptions& options);

@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
                     "draw fault knobs (loss, duplicate, partition, clog, slow node) from each seed and "
                     "split safety violations from missed performance bounds (docs/FAULTS.md)");
 
+  explore
+      ->add_option("--shard", explore_options.shard,
+                   "run only shard I of N: seed FIRST+k when k mod N = I, written to "
+                   "explore-shard-I-of-N.json; `launcher` takes I/N from mpirun's or srun's rank and size; "
+                   "`pstwin merge` of the shards' files gives the unsharded explore.json (docs/SWEEP.md)")
+      ->type_name("I/N");
+
   SweepOptions sweep_options;
   auto* sweep = app.add_subcommand(
       "sweep",
@@ -122,6 +129,13 @@ int main(int argc, char** argv) {
   sweep->add_option("--out", sweep_options.out_dir,
                     "output directory (default: pstwin-out/<scenario name>-sweep)");
   sweep->add_flag("!--no-plots", sweep_options.plots, "write sweep.csv and sweep.json only");
+  sweep
+      ->add_option(
+          "--shard", sweep_options.shard,
+          "run only shard I of N: run k of the grid x seeds product when k mod N = I, written to "
+          "sweep-shard-I-of-N.csv and .json, no plots; `launcher` takes I/N from mpirun's or srun's "
+          "rank and size; `pstwin merge` of the shards' files gives the unsharded sweep (docs/SWEEP.md)")
+      ->type_name("I/N");
 
   PlotOptions plot_options;
   auto* plot = app.add_subcommand(
@@ -149,17 +163,24 @@ int main(int argc, char** argv) {
               "<prefix>/share/pstwin/scenarios/quickstart.toml, or the source tree's when run from the build "
               "directory)")
           ->check(CLI::ExistingFile);
-  node->add_option("--scenario", common.scenario_path, "the same as FILE")
-      ->check(CLI::ExistingFile)
-      ->excludes(node_file);
+  auto* node_scenario = node->add_option("--scenario", common.scenario_path, "the same as FILE")
+                            ->check(CLI::ExistingFile)
+                            ->excludes(node_file);
   node->add_option("--set", common.sets, "override a scenario field, after the environment (repeatable)")
       ->type_name("FIELD=VALUE")
       ->take_all();
   node->add_flag("-q,--quiet", common.quiet,
                  "no log lines and, on success, no summary line; a failure or a violation still goes to "
                  "stderr, exit status unchanged");
-  node->add_option("--report", node_options.report_path,
-                   "at exit, write this node's partial report (JSON) here, as `pstwin run` merges them");
+  node->add_flag("--launched", node_options.launched,
+                 "started by `pstwin launch`: read the job's environment and scenario from stdin, write the "
+                 "report to stdout (framed), and stop when stdin ends")
+      ->excludes(node_file)
+      ->excludes(node_scenario);
+  node->add_option(
+      "--report", node_options.report_path,
+      "at exit, write this node's partial report (JSON) to this file, or with DIR/ (a directory) to "
+      "DIR/<role><rank>.json (scheduler.json, server0.json, worker1.json); `pstwin merge DIR` merges them");
 
   auto* run = app.add_subcommand(
       "run",
@@ -187,6 +208,57 @@ int main(int argc, char** argv) {
       "pstwin run FILE [OPTIONS] -- COMMAND [ARGS...]: every node runs COMMAND instead of `pstwin node` (a "
       "ps-lite or pstwin.torch application, e.g. -- python3 train.py) with the scenario's roles and the "
       "same DMLC_* environment; prints each node's output and exits 0 when every process did");
+
+  LaunchOptions launch_options;
+  auto* launch = app.add_subcommand(
+      "launch",
+      "run a scenario for real on the hosts of a hostfile: one `pstwin node` per node started through a "
+      "remote shell (ssh), the scheduler on the first host, then write the same results.json as run "
+      "(docs/ENVIRONMENT.md, \"pstwin launch\")");
+  add_common(launch);
+  launch
+      ->add_option("--hostfile", launch_options.hostfile,
+                   "the hosts, one a line: HOST [slots=N] [address=IP] (# comments, blank lines allowed)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  launch->add_option(
+      "--rsh", launch_options.rsh,
+      "the command that runs a command on a host, {host} standing for the hostfile's HOST "
+      "(appended when absent), e.g. 'ip netns exec {host}' (default: ssh -o BatchMode=yes {host})");
+  launch->add_option("--remote-pstwin", launch_options.remote_pstwin,
+                     "the pstwin binary's path on every host (default: this binary's path)");
+  launch
+      ->add_option("--port", launch_options.port,
+                   "the scheduler's port on the first host (default: one free on this machine)")
+      ->check(CLI::Range(1, 65535));
+  launch->add_option("--seed", launch_options.seed, "seed for every random choice, passed to every node")
+      ->check(seed_check);
+  launch->add_option("--out", launch_options.out_dir,
+                     "output directory (default: pstwin-out/<scenario name>)");
+  launch->add_option("--van", launch_options.van, "every node's transport: zmq (default), epoll or ucx")
+      ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
+
+  MergeOptions merge_options;
+  auto* merge = app.add_subcommand(
+      "merge",
+      "write results.json and trace.json of a real job started any other way (by hand with DMLC_* "
+      "variables, mpirun, srun) from the reports its nodes wrote with `pstwin node --report DIR/`; or, "
+      "given the files of `explore --shard` or `sweep --shard`, the unsharded explore.json or sweep.csv");
+  merge
+      ->add_option("DIR", merge_options.parts_dir,
+                   "directory with the nodes' reports (*.json), or the shards' files")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  merge
+      ->add_option("--scenario", merge_options.scenario_path,
+                   "the scenario the job ran (default: the one the reports name, as the nodes resolved it)")
+      ->check(CLI::ExistingFile);
+  merge->add_option("--set", merge_options.sets, "with --scenario: override a scenario field (repeatable)")
+      ->type_name("FIELD=VALUE")
+      ->take_all()
+      ->needs("--scenario");
+  merge->add_option("--out", merge_options.out_dir, "output directory (default: DIR)");
+  merge->add_flag("-q,--quiet", merge_options.quiet, kQuietHelp);
 
   CompareOptions compare_options;
   auto* compare = app.add_subcommand(
@@ -230,6 +302,8 @@ int main(int argc, char** argv) {
     if (*plot) return run_plot(plot_options);
     if (*node) return run_node(common, node_options);
     if (*run) return run_job(common, run_options);
+    if (*launch) return run_launch(common, launch_options);
+    if (*merge) return run_merge(merge_options);
     if (*compare) return run_compare(compare_options);
   } catch (const pstwin::ScenarioError& e) {
     std::cerr << "pstwin: " << printable(e.what()) << "\n";

@@ -10,6 +10,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/plot_script.hpp"
+#include "cli/shards.hpp"
+#include "realnet/node_env.hpp"
 #include "report/run_report.hpp"
 #include "report/sweep.hpp"
 #include "scenario/scenario.hpp"
@@ -30,9 +32,9 @@ std::string duration_text(double seconds) {
   return out.str();
 }
 
-// Draws the plots with tools/pstwin_plot.py; a machine without python3 or matplotlib still has the
-// CSV, and is told what to install. Returns false only when the script itself failed.
-bool draw_plots(const std::string& out_dir, bool quiet) {
+}  // namespace
+
+bool draw_sweep_plots(const std::string& out_dir, bool quiet) {
   std::vector<std::string> arguments = {"sweep", out_dir};
   if (quiet) arguments.emplace_back("--quiet");
   const PlotOutcome outcome = run_plot_script(arguments);
@@ -42,8 +44,6 @@ bool draw_plots(const std::string& out_dir, bool quiet) {
               << "; sweep.csv and sweep.json are written\n";
   return true;
 }
-
-}  // namespace
 
 int run_sweep(const CommonOptions& common, const SweepOptions& options) {
   // The CLI, not protocol code: the wall clock only feeds the progress line's elapsed time and ETA.
@@ -63,8 +63,11 @@ int run_sweep(const CommonOptions& common, const SweepOptions& options) {
     seeds.push_back(options.first_seed.value_or(base.seed) + s);
 
   // Every grid point is loaded (and validated) before anything runs: a bad value fails at once.
+  const Shard shard =
+      options.shard.empty() ? Shard{} : parse_shard(options.shard, realnet::process_environment());
   std::vector<SweepRun> runs;
   std::vector<Scenario> scenarios;
+  std::uint64_t run_index = 0;
   for (const auto& point : grid_points(axes)) {
     auto sets = user_sets;
     for (std::size_t a = 0; a < axes.size(); ++a) sets.emplace_back(axes[a].field, point[a]);
@@ -72,6 +75,7 @@ int run_sweep(const CommonOptions& common, const SweepOptions& options) {
     // No run's trace is written; recording one would only cost memory.
     scenario.output.trace = false;
     for (const auto seed : seeds) {
+      if (!shard.holds(run_index++)) continue;
       scenario.seed = seed;
       scenarios.push_back(scenario);
       runs.push_back({point, seed, {}});
@@ -108,8 +112,16 @@ int run_sweep(const CommonOptions& common, const SweepOptions& options) {
   for (std::size_t i = 0; i < runs.size(); ++i) runs[i].report = std::move(reports[i]);
 
   const std::filesystem::path dir(out_dir);
-  write_text(dir / "sweep.csv", sweep_csv(axes, runs));
-  write_text(dir / "sweep.json", sweep_json(base, axes, seeds).dump(2) + "\n");
+  if (shard.count > 1) {
+    // `pstwin merge` interleaves the shards' rows back into the unsharded order (src/cli/shards.hpp).
+    auto doc = sweep_json(base, axes, seeds);
+    doc["shard"] = {{"index", shard.index}, {"count", shard.count}, {"runs", run_index}};
+    write_text(dir / shard.file_name("sweep", "csv"), sweep_csv(axes, runs));
+    write_text(dir / shard.file_name("sweep", "json"), doc.dump(2) + "\n");
+  } else {
+    write_text(dir / "sweep.csv", sweep_csv(axes, runs));
+    write_text(dir / "sweep.json", sweep_json(base, axes, seeds).dump(2) + "\n");
+  }
   std::size_t failing = 0;
   std::ostream& out = common.quiet ? std::cerr : std::cout;
   for (const auto& run : runs) {
@@ -123,9 +135,14 @@ int run_sweep(const CommonOptions& common, const SweepOptions& options) {
   if (!common.quiet) {
     std::cout << "sweep of " << base.name << ": " << runs.size() << (runs.size() == 1 ? " run\n" : " runs\n")
               << sweep_table(axes, runs);
-    std::cout << "  outputs: " << (dir / "sweep.csv").string() << ", sweep.json\n";
+    if (shard.count > 1)
+      std::cout << "  outputs: " << (dir / shard.file_name("sweep", "csv")).string() << ", .json (shard "
+                << shard.index << "/" << shard.count << ": pstwin merge " << out_dir
+                << " once every shard's files are there)\n";
+    else
+      std::cout << "  outputs: " << (dir / "sweep.csv").string() << ", sweep.json\n";
   }
-  const bool plotted = !options.plots || draw_plots(out_dir, common.quiet);
+  const bool plotted = shard.count > 1 || !options.plots || draw_sweep_plots(out_dir, common.quiet);
   return failing == 0 && plotted ? 0 : 1;
 }
 
