@@ -6,6 +6,7 @@
 //   api_checks kv     the checks
 //   api_checks crash  worker 1 dies after the start; every other node must end with the reason
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -145,6 +146,8 @@ int main(int argc, char* argv[]) {
   std::unique_ptr<ps::KVServer<float>> server;
   if (ps::IsServer()) {
     server = std::make_unique<ps::KVServer<float>>(kKvApp);
+    // The workers' first requests reach the server before its handle is set: they wait for it.
+    if (mode == "late-handle") std::this_thread::sleep_for(std::chrono::seconds(1));
     server->set_request_handle([&store](const ps::KVMeta& meta, const ps::KVPairs<float>& data,
                                         ps::KVServer<float>* s) { store(meta, data, s); });
   }

@@ -4,6 +4,8 @@
 #define PS_KV_APP_H_
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <unordered_map>
@@ -274,7 +276,11 @@ class KVServer : public SimpleApp {
 
   void set_request_handle(const ReqHandle& request_handle) {
     CHECK(request_handle) << "invalid request handle";
-    request_handle_ = request_handle;
+    {
+      const std::lock_guard<std::mutex> lock(handle_mutex_);
+      request_handle_ = request_handle;
+    }
+    handle_set_.notify_all();
   }
   // Answers a request, now or later, from any thread: a pull's answer carries keys and values.
   void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
@@ -315,10 +321,22 @@ class KVServer : public SimpleApp {
       data.vals = msg.data[1];
       if (msg.data.size() > 2) data.lens = msg.data[2];
     }
-    CHECK(request_handle_) << "KVServer: no request handle set (set_request_handle)";
-    request_handle_(meta, data, this);
+    request_handle()(meta, data, this);
   }
 
+  // The customer's thread delivers from the moment the server exists, and a worker's first request
+  // may come before the application calls set_request_handle: it waits for the handle (ps-lite's
+  // own check would fail the server in that window).
+  ReqHandle request_handle() {
+    std::unique_lock<std::mutex> lock(handle_mutex_);
+    const bool set =
+        handle_set_.wait_for(lock, std::chrono::seconds(30), [this] { return bool(request_handle_); });
+    CHECK(set) << "KVServer: a request came and no request handle was set within 30 s (set_request_handle)";
+    return request_handle_;
+  }
+
+  std::mutex handle_mutex_;
+  std::condition_variable handle_set_;
   ReqHandle request_handle_;
 };
 
