@@ -327,7 +327,8 @@ class KVServer : public SimpleApp {
   // The customer's thread delivers from the moment the server exists, and a worker's first request
   // may come before the application calls set_request_handle: it waits for the handle (ps-lite's
   // own check would fail the server in that window).
-  ReqHandle request_handle() {
+  // A reference: a handle may keep state (KVServerDefaultHandle's store), which a copy would lose.
+  ReqHandle& request_handle() {
     std::unique_lock<std::mutex> lock(handle_mutex_);
     const bool set =
         handle_set_.wait_for(lock, std::chrono::seconds(30), [this] { return bool(request_handle_); });
