@@ -337,6 +337,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       pid_(static_cast<int>(cluster.nodes().size())),
       mutex_(s4u::Mutex::create()),
       wake_(s4u::ConditionVariable::create()),
+      stopped_changed_(s4u::ConditionVariable::create()),
       flow_queue_(cluster.scenario().sim.node_flow_limit) {
   if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0 && !cluster.network())
     flow_slots_ = s4u::Semaphore::create(limit);
@@ -534,12 +535,19 @@ void SimNode::crash() {
 void SimNode::stop() {
   stopped_ = true;
   cluster_.node_stopped();
+  stopped_changed_->notify_all();
+}
+
+void SimNode::wait_stopped() {
+  std::unique_lock lock(*mutex_);
+  while (!stopped_) stopped_changed_->wait(lock);
 }
 
 void SimNode::fail(std::string text) {
   cluster_.fail(label_, text);
   stopped_ = true;
   cluster_.node_stopped();
+  if (const auto& handler = cluster_.failure_handler()) handler();
   // One failure ends the run: stop every other actor, then this one.
   s4u::Actor::kill_all();
   s4u::this_actor::exit();

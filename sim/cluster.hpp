@@ -130,6 +130,8 @@ class SimNode final : public Runtime {
   void deliver(Message message);           // a message arrived from the network
   void post(std::function<void()> event);  // run on this node's event loop
   bool stopped() const { return stopped_; }
+  // Parks the calling actor until this node stopped.
+  void wait_stopped();
   // faults.crashes: the node stops dead, as under kill -9: it handles, sends and answers nothing more.
   void crash();
   bool crashed() const { return crashed_; }
@@ -195,6 +197,7 @@ class SimNode final : public Runtime {
   std::uint64_t next_sequence_ = 1;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
+  simgrid::s4u::ConditionVariablePtr stopped_changed_;
   simgrid::s4u::SemaphorePtr flow_slots_;
   FlowSlots flow_queue_;
   std::map<NodeId, SimNode*> peers_;
@@ -236,6 +239,10 @@ class Cluster {
   void set_span_sink(std::function<void(const TraceSpan&)> sink) { span_sink_ = std::move(sink); }
   void progress() { last_progress_ = simgrid::s4u::Engine::get_clock(); }
   void fail(const std::string& who, const std::string& text);
+  // Called by a node that fails, instead of ending every actor (the run's end then is the handler's):
+  // for actors that cannot be ended from outside, as the simulated threads of ps-lite applications.
+  void set_failure_handler(std::function<void()> handler) { failure_handler_ = std::move(handler); }
+  const std::function<void()>& failure_handler() const { return failure_handler_; }
   bool failed() const { return !failure_.empty(); }
   const std::string& failure() const { return failure_; }
   Seconds last_progress() const { return last_progress_; }
@@ -278,6 +285,7 @@ class Cluster {
   std::uint64_t trace_dropped_ = 0;
   std::function<void(const TraceSpan&)> span_sink_;
   std::string failure_;
+  std::function<void()> failure_handler_;
   Seconds last_progress_ = 0;
   Seconds last_stop_ = 0;
   FaultPlan faults_;

@@ -27,6 +27,8 @@ for backend in BACKEND:
 ALLOWED["realnet"].add("cuda")  # the simulator models the device (ps/device.hpp EmulatedDevice)
 # The ps-lite API runs its nodes on the real backend.
 ALLOWED["pslite"] = ALLOWED["realnet"] | {"pslite", "realnet"}
+# ps-lite applications in the simulator: the ps-lite API on the SimGrid backend.
+ALLOWED["simapp"] = ALLOWED["pslite"] | {"sim", "simapp"}
 # pstwin.torch's C++ half uses the installed ps-lite API (<ps/ps.h>, libpstwin) and nothing inside it.
 ALLOWED["torch"] = {"torch"}
 ALLOWED["cli"] = set(ALLOWED) | {"cli"}

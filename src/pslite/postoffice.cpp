@@ -17,6 +17,7 @@
 
 #include "ps/ids.hpp"
 #include "ps/internal/customer.h"
+#include "pslite/app_backend.hpp"
 #include "pslite/app_node.hpp"
 #include "pslite/wire.hpp"
 #include "realnet/loop_runtime.hpp"
@@ -59,6 +60,59 @@ class StartWatch final : public pstwin::RunObserver {
   bool started_ = false;
 };
 
+// The real backend: the process's node on a LoopRuntime and the van of DMLC_PS_VAN_TYPE.
+class RealNodeLink final : public pslite::NodeLink {
+ public:
+  RealNodeLink(const realnet::NodeEnv& env, const pslite::MakeAppProtocol& make) {
+    try {
+      scenario_ =
+          pstwin::parse_scenario("", "the ps-lite application's environment", env.scenario_overrides());
+    } catch (const std::exception& error) {
+      exit_with(2, error.what());
+    }
+    const std::string label = env.role == Role::kScheduler ? "scheduler"
+                              : env.role == Role::kServer  ? "server"
+                                                           : "worker";
+    host_ = std::make_unique<realnet::LocalHost>(realnet::LocalHost::Options{});
+    try {
+      runtime_ = realnet::make_node_runtime(env.van, *host_,
+                                            realnet::NodeRuntimeOptions{.label = label,
+                                                                        .seed = scenario_->seed,
+                                                                        .bind = env.bind_address(),
+                                                                        .linger_ms = 1000,
+                                                                        .job_token = env.job_token});
+    } catch (const std::exception& error) {
+      exit_with(2, error.what());
+    }
+    runtime_->attach(make(*runtime_, *scenario_, env.scheduler_address()));
+    runtime_->start();
+  }
+
+  pstwin::Runtime& runtime() override { return *runtime_; }
+  bool post(std::function<void()> event) override { return runtime_ && runtime_->post(std::move(event)); }
+
+  // Ends the process with the node's failure (a peer died, the scheduler is gone): a ps-lite app would
+  // wait forever; here every blocked call ends with the reason.
+  void watch() override {
+    for (;;) {
+      const bool all_stopped = host_->wait_all_stopped(1, std::chrono::steady_clock::now() + kWatchPoll);
+      if (host_->failed()) exit_with(1, host_->failure());
+      if (all_stopped) return;
+    }
+  }
+  void halt() override {
+    runtime_->halt();
+    runtime_.reset();
+  }
+
+ private:
+  std::optional<pstwin::Scenario> scenario_;
+  std::unique_ptr<realnet::LocalHost> host_;
+  std::unique_ptr<realnet::LoopRuntime> runtime_;
+};
+
+pslite::AppBackend* app_backend = nullptr;  // the simulator's, or null: the real backend
+
 }  // namespace
 
 struct Postoffice::Node final : pslite::AppEvents {
@@ -67,7 +121,7 @@ struct Postoffice::Node final : pslite::AppEvents {
     std::lock_guard lock(mutex);
     if (!node_env) {
       try {
-        const auto environment = realnet::process_environment();
+        const auto environment = app_backend ? app_backend->environment() : realnet::process_environment();
         for (const auto& warning : realnet::check_env_names(environment))
           std::cerr << "[pstwin] ps-lite node: warning: " << warning << "\n";
         node_env =
@@ -81,61 +135,36 @@ struct Postoffice::Node final : pslite::AppEvents {
 
   void launch() {
     const auto& e = *node_env;
-    try {
-      scenario = pstwin::parse_scenario("", "the ps-lite application's environment", e.scenario_overrides());
-    } catch (const std::exception& error) {
-      exit_with(2, error.what());
-    }
-    const std::string label = e.role == Role::kScheduler ? "scheduler"
-                              : e.role == Role::kServer  ? "server"
-                                                         : "worker";
-    host = std::make_unique<realnet::LocalHost>(realnet::LocalHost::Options{});
-    try {
-      runtime = realnet::make_node_runtime(e.van, *host,
-                                           realnet::NodeRuntimeOptions{.label = label,
-                                                                       .seed = scenario->seed,
-                                                                       .bind = e.bind_address(),
-                                                                       .linger_ms = 1000,
-                                                                       .job_token = e.job_token});
-    } catch (const std::exception& error) {
-      exit_with(2, error.what());
-    }
-    if (e.role == Role::kScheduler) {
-      watch = std::make_unique<StartWatch>(*this);
-      auto scheduler = std::make_unique<pstwin::Scheduler>(*runtime, *scenario, *watch);
-      auto node = std::make_unique<pslite::AppScheduler>(*runtime, std::move(scheduler), *this);
-      app_scheduler = node.get();
-      runtime->attach(std::move(node));
-    } else if (e.role == Role::kServer || e.role == Role::kWorker) {
-      auto node = std::make_unique<pslite::AppNode>(
-          pstwin::NodeContext{*runtime, *scenario, no_observer, e.scheduler_address()}, e.role,
-          e.role == Role::kWorker ? e.worker_id : -1, *this);
-      app_node = node.get();
-      runtime->attach(std::move(node));
-    } else {
+    if (e.role == Role::kValidator)
       exit_with(2,
                 "DMLC_WORKER_TYPE=validator: a ps-lite application has schedulers, servers and workers only");
-    }
-    runtime->start();
-    // The ps-lite facade over the real backend, not protocol code: ps-lite's API is blocking and
-    // threaded by contract (its applications call it from their own threads), and this thread only
-    // waits for the node's runtime to end; the protocol still runs on the LoopRuntime's event loop.
+    const auto make = [this, &e](pstwin::Runtime& runtime, const pstwin::Scenario& scenario,
+                                 const std::string& scheduler_address) -> std::unique_ptr<pstwin::Node> {
+      if (e.role == Role::kScheduler) {
+        watch = std::make_unique<StartWatch>(*this);
+        auto scheduler = std::make_unique<pstwin::Scheduler>(runtime, scenario, *watch);
+        auto node = std::make_unique<pslite::AppScheduler>(runtime, std::move(scheduler), *this);
+        app_scheduler = node.get();
+        return node;
+      }
+      auto node = std::make_unique<pslite::AppNode>(
+          pstwin::NodeContext{runtime, scenario, no_observer, scheduler_address}, e.role,
+          e.role == Role::kWorker ? e.worker_id : -1, *this);
+      app_node = node.get();
+      return node;
+    };
+    link = app_backend ? app_backend->launch(e, make) : std::make_unique<RealNodeLink>(e, make);
+    // The ps-lite facade, not protocol code: ps-lite's API is blocking and threaded by contract (its
+    // applications call it from their own threads), and this thread only waits for the node to end;
+    // the protocol still runs on the node's event loop. (In the simulator the thread is an actor.)
     watcher = std::thread([this] { watch_node(); });
   }
 
-  // Ends the process with the node's failure (a peer died, the scheduler is gone): a ps-lite app would
-  // wait forever; here every blocked call ends with the reason.
   void watch_node() {
-    for (;;) {
-      const bool all_stopped = host->wait_all_stopped(1, std::chrono::steady_clock::now() + kWatchPoll);
-      if (host->failed()) exit_with(1, host->failure());
-      if (all_stopped) {
-        std::lock_guard lock(mutex);
-        stopped = true;
-        changed.notify_all();
-        return;
-      }
-    }
+    link->watch();
+    std::lock_guard lock(mutex);
+    stopped = true;
+    changed.notify_all();
   }
 
   // AppEvents, on the event loop.
@@ -194,26 +223,24 @@ struct Postoffice::Node final : pslite::AppEvents {
 
   // Runs `event` on the node's event loop.
   void on_loop(std::function<void()> event) {
-    if (!runtime || !runtime->post(std::move(event)))
+    if (!link || !link->post(std::move(event)))
       LOG(WARNING) << "a ps-lite call after this node stopped was dropped";
   }
 
   void wait_ready() {
     std::unique_lock lock(mutex);
-    CHECK(runtime) << "call ps::Start before using the ps-lite API";
+    CHECK(link) << "call ps::Start before using the ps-lite API";
     changed.wait(lock, [&] { return ready; });
   }
 
   std::mutex mutex;
   std::condition_variable changed;
   std::optional<realnet::NodeEnv> node_env;
-  std::optional<pstwin::Scenario> scenario;
   pstwin::RunObserver no_observer;
   std::unique_ptr<StartWatch> watch;
-  std::unique_ptr<realnet::LocalHost> host;
-  std::unique_ptr<realnet::LoopRuntime> runtime;
-  pslite::AppNode* app_node = nullptr;            // owned by runtime
-  pslite::AppScheduler* app_scheduler = nullptr;  // owned by runtime
+  std::unique_ptr<pslite::NodeLink> link;
+  pslite::AppNode* app_node = nullptr;            // owned by link's runtime
+  pslite::AppScheduler* app_scheduler = nullptr;  // owned by link's runtime
   std::thread watcher;
   bool ready = false;
   bool stopped = false;
@@ -231,9 +258,16 @@ struct Postoffice::Node final : pslite::AppEvents {
   std::map<std::pair<int, int>, Customer*> customers;
   std::map<int, std::vector<Message>> held_requests;
   std::map<std::pair<int, int>, std::vector<Message>> held_responses;
+
+  // Postoffice's constructor and destructor are private (ps-lite's singleton); a simulated process's
+  // comes from here. A naked new owned at once by the returned pointer: make_unique cannot reach them.
+  static pslite::PostofficePtr make_postoffice() {
+    return {new Postoffice(), [](Postoffice* postoffice) { delete postoffice; }};
+  }
 };
 
 Postoffice* Postoffice::Get() {
+  if (app_backend) return &app_backend->postoffice();
   static Postoffice postoffice;
   return &postoffice;
 }
@@ -252,7 +286,7 @@ void Postoffice::Start(int customer_id, const char* /*argv0*/, bool do_barrier) 
   {
     std::lock_guard lock(node_->mutex);
     node_->started_customers.insert(customer_id);
-    if (!node_->runtime) node_->launch();
+    if (!node_->link) node_->launch();
   }
   if (do_barrier) node_->wait_ready();
 }
@@ -260,7 +294,7 @@ void Postoffice::Start(int customer_id, const char* /*argv0*/, bool do_barrier) 
 void Postoffice::Finalize(int customer_id, bool do_barrier) {
   Node& node = *node_;
   std::unique_lock lock(node.mutex);
-  CHECK(node.runtime) << "ps::Finalize before ps::Start";
+  CHECK(node.link) << "ps::Finalize before ps::Start";
   node.finalized_customers.insert(customer_id);
   bool last = !node.finishing;
   for (int started : node.started_customers)
@@ -292,8 +326,7 @@ void Postoffice::Finalize(int customer_id, bool do_barrier) {
   node.changed.wait(lock, [&] { return node.stopped; });
   lock.unlock();
   node.watcher.join();
-  node.runtime->halt();
-  node.runtime.reset();
+  node.link->halt();
   // Every message that reached a customer is handled before Finalize returns.
   std::vector<Customer*> customers;
   {
@@ -402,7 +435,7 @@ void Postoffice::Send(const Message& msg) {
   } catch (const std::invalid_argument& error) {
     LOG(FATAL) << error.what();
   }
-  node.on_loop([&node, frame = std::move(frame)]() mutable { node.runtime->send(std::move(frame)); });
+  node.on_loop([&node, frame = std::move(frame)]() mutable { node.link->runtime().send(std::move(frame)); });
 }
 
 void Postoffice::AddCustomer(Customer* customer) {
@@ -413,3 +446,15 @@ void Postoffice::RemoveCustomer(Customer* customer) {
 }
 
 }  // namespace ps
+
+namespace pstwin::pslite {
+
+void install_app_backend(AppBackend* backend) {
+  ps::app_backend = backend;
+}
+
+PostofficePtr make_postoffice() {
+  return ps::Postoffice::Node::make_postoffice();
+}
+
+}  // namespace pstwin::pslite

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install.ExternalProjectBuildsAndRuns: installs this build into PREFIX, builds tests/external_project
 # against it with find_package(pstwin) and, separately, with `pkg-config pstwin`, runs both as ps-lite
-# jobs, and checks that the installed `pstwin node` reads its default scenario from PREFIX.
+# jobs (and as a module in the installed pstwin-simapp), and checks that the installed `pstwin node`
+# reads its default scenario from PREFIX.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR PREFIX
 set -euo pipefail
 build=$1 source=$2 prefix=$3
@@ -16,6 +17,13 @@ done
 cmake -S "$source/tests/external_project" -B "$prefix-user" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
 cmake --build "$prefix-user" > /dev/null
 python3 "$source/tests/pslite/run_job.py" --servers 2 --workers 2 -- "$prefix-user/sum_app"
+
+# The module, inside the simulator, where this build has it (not in sanitizer builds).
+if [[ -x $prefix/bin/pstwin-simapp ]]; then
+  "$prefix/bin/pstwin-simapp" "$prefix/share/pstwin/scenarios/quickstart.toml" "$prefix-user/libsum_app_sim.so" \
+    --set roles.servers=2 --set roles.workers=2 --out "$prefix-user/sim" > /dev/null ||
+    { echo "install_test: the installed pstwin-simapp did not run the module"; exit 1; }
+fi
 
 # pkg-config, the way a Makefile would use it.
 flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs pstwin)
