@@ -53,7 +53,8 @@ bool flag(const std::string& name, const std::string& value) {
 }  // namespace
 
 std::string NodeEnv::bind_address() const {
-  return role == Role::kScheduler ? scheduler_address() : node_host + ":*";
+  if (role == Role::kScheduler) return scheduler_address();
+  return node_host + ":" + (node_port > 0 ? std::to_string(node_port) : "*");
 }
 
 std::vector<std::pair<std::string, std::string>> NodeEnv::scenario_overrides() const {
@@ -91,10 +92,10 @@ const std::vector<std::string>& node_env_variables() {
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID",
       "SLURM_NTASKS", "SLURM_NNODES", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER",
       "DMLC_NUM_SERVER", "DMLC_WORKER_ID", "DMLC_NUM_VALIDATOR", "DMLC_WORKER_TYPE", "DMLC_VALIDATOR_ID",
-      "DMLC_NODE_HOST", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC", "BYTEPS_SERVER_ENGINE_THREAD",
-      "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL", "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE",
-      "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START", "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN",
-      "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX",
+      "DMLC_NODE_HOST", "DMLC_NODE_PORT", "DMLC_INTERFACE", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC",
+      "BYTEPS_SERVER_ENGINE_THREAD", "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL",
+      "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE", "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START",
+      "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN", "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX",
       // Read by pstwin.torch's DistributedOptimizer (docs/API.md), not by the node.
       "PSTWIN_WORKLOAD_RECORD"};
   return names;
@@ -109,8 +110,6 @@ struct Unsupported {
 
 // docs/ENVIRONMENT.md, "Not supported yet".
 constexpr std::array kUnsupported{
-    Unsupported{"DMLC_INTERFACE", "use DMLC_NODE_HOST"},
-    Unsupported{"DMLC_NODE_PORT", "servers and workers bind a free port"},
     Unsupported{"DMLC_NUM_ALL_WORKER", ""},
     Unsupported{"DMLC_GROUP_SIZE", ""},
     Unsupported{"BYTEPS_KEY_HASH_FN", "use --set ps.key_hash=djb2|sdbm|naive"},
@@ -299,6 +298,18 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
           "this machine's IP address that the other nodes can reach, e.g. 127.0.0.1 (no port, not 0.0.0.0: "
           "it is advertised to the other nodes)");
     out.node_host = *host;
+    out.node_host_given = true;
+  }
+  if (const auto* port = find(env, "DMLC_NODE_PORT"); port != nullptr && !port->empty())
+    out.node_port =
+        static_cast<int>(integer("DMLC_NODE_PORT", *port, 1, 65535,
+                                 "a port 1-65535 for this server or worker to listen on, e.g. 9100 "
+                                 "(unset: a free port)"));
+  if (const auto* name = find(env, "DMLC_INTERFACE"); name != nullptr && !name->empty()) {
+    if (name->size() > 15 || name->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                     "0123456789.-_:@") != std::string::npos)
+      bad("DMLC_INTERFACE", *name, "a network interface's name, e.g. eth0 (ip -brief address lists them)");
+    out.interface = *name;
   }
   if (const auto* v = find(env, "BYTEPS_PARTITION_BYTES"))
     out.partition_bytes = static_cast<std::uint64_t>(integer("BYTEPS_PARTITION_BYTES", *v, 4,

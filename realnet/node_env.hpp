@@ -34,6 +34,9 @@ struct NodeEnv {
   int num_validators = 0;  // DMLC_NUM_VALIDATOR (ZenoPS; default 0)
   int validator_id = -1;   // DMLC_VALIDATOR_ID (required with DMLC_ROLE=worker DMLC_WORKER_TYPE=validator)
   std::string node_host = "127.0.0.1";           // DMLC_NODE_HOST: bound and advertised by servers/workers
+  bool node_host_given = false;                  // ... set, not the default (node_address.hpp resolves it)
+  std::string interface;                         // DMLC_INTERFACE: advertise this interface's address
+  int node_port = 0;                             // DMLC_NODE_PORT: servers/workers listen on it; 0: any
   std::optional<std::uint64_t> partition_bytes;  // BYTEPS_PARTITION_BYTES
   std::optional<bool> enable_async;              // BYTEPS_ENABLE_ASYNC
   std::optional<int> server_engine_threads;      // BYTEPS_SERVER_ENGINE_THREAD
@@ -59,7 +62,8 @@ struct NodeEnv {
   std::string job_token;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
-  // Where this node's ROUTER binds: the scheduler on the root address, others on an ephemeral port.
+  // Where this node binds: the scheduler on the root address, others on node_host, on DMLC_NODE_PORT or
+  // an ephemeral port.
   std::string bind_address() const;
   // Scenario overrides (dotted path, value) for what the environment sets; they go on top of the
   // scenario file and below --set.

@@ -281,6 +281,38 @@ TEST(Node, SchedulerPortInUseIsNamed) {
       << scheduler.output();
 }
 
+// DMLC_NODE_PORT is the port a server or worker listens on: held by another socket, the node says so;
+// free, the job runs on it.
+TEST(Node, AServerListensOnItsNodePort) {
+  PortHolder taken;
+  Env server_env = job_env("server", 1);  // the scheduler is never reached: binding comes first
+  server_env["DMLC_NODE_PORT"] = std::to_string(taken.port());
+  NodeProcess refused("server-taken", server_env, kQuickstart);
+  EXPECT_EQ(refused.wait_until(Clock::now() + std::chrono::seconds(5)), 2) << refused.output();
+  EXPECT_NE(refused.output().find("cannot bind 127.0.0.1:" + std::to_string(taken.port()) +
+                                  ": Address already in use; is another node using DMLC_NODE_PORT=" +
+                                  std::to_string(taken.port()) + "? choose another"),
+            std::string::npos)
+      << refused.output();
+
+  PortHolder reserved, server_port, worker_port;
+  const int port = reserved.port();
+  reserved.close();
+  Env server = job_env("server", port);
+  server["DMLC_NODE_PORT"] = std::to_string(server_port.port());
+  Env worker = worker_env(0, port);
+  worker["DMLC_NODE_PORT"] = std::to_string(worker_port.port());
+  server_port.close();
+  worker_port.close();
+  NodeProcess scheduler("scheduler", job_env("scheduler", port), kQuickstart);
+  NodeProcess server_process("server", server, kQuickstart);
+  NodeProcess worker0("worker0", worker, kQuickstart);
+  NodeProcess worker1("worker1", worker_env(1, port), kQuickstart);  // a free port
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (NodeProcess* process : {&scheduler, &server_process, &worker0, &worker1})
+    EXPECT_EQ(process->wait_until(deadline), 0) << process->output();
+}
+
 bool has_staging_object(const std::string& prefix) {
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     if (entry.path().filename().string().starts_with(prefix)) return true;

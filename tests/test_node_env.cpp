@@ -9,6 +9,7 @@
 #include <string>
 
 #include "realnet/nic_rate.hpp"
+#include "realnet/node_address.hpp"
 #include "realnet/node_env.hpp"
 #include "scenario/scenario.hpp"
 
@@ -23,14 +24,20 @@ Env worker_env() {
           {"BYTEPS_FORCE_DISTRIBUTED", "1"}};
 }
 
-// The message of the NodeEnvError parse_node_env throws for `env` ("" if it does not throw).
-std::string error_of(const Env& env) {
+// The message of the NodeEnvError `call` throws ("" if it does not throw).
+template <typename Call>
+std::string node_env_error(Call call) {
   try {
-    parse_node_env(env);
+    call();
   } catch (const NodeEnvError& e) {
     return e.what();
   }
   return "";
+}
+
+// The message of the NodeEnvError parse_node_env throws for `env` ("" if it does not throw).
+std::string error_of(const Env& env) {
+  return node_env_error([&] { parse_node_env(env); });
 }
 
 Env with(Env env, const std::string& name, const std::string& value) {
@@ -45,12 +52,7 @@ Env without(Env env, const std::string& name) {
 
 // The message check_env_names throws for `env` ("" if it does not throw).
 std::string name_error_of(const Env& env) {
-  try {
-    check_env_names(env);
-  } catch (const NodeEnvError& e) {
-    return e.what();
-  }
-  return "";
+  return node_env_error([&] { check_env_names(env); });
 }
 
 TEST(NodeEnv, APsLiteApplicationsWorkerMayLeaveItsRankToTheScheduler) {
@@ -159,11 +161,13 @@ TEST(NodeEnv, RdmaOrUcxAskedForSelectsTheUcxVanOtherUnsupportedVariablesWarn) {
     EXPECT_EQ(error_of(env), name + "=\"yes\": expected 0 or 1");
     EXPECT_TRUE(check_env_names({{name, "1"}}).empty()) << name;  // a variable pstwin reads
   }
-  const auto warnings = check_env_names({{"DMLC_INTERFACE", "eth0"}, {"BYTEPS_SOMETHING_NEW", "3"}});
+  const auto warnings = check_env_names({{"BYTEPS_SCHEDULING_CREDIT", "8"}, {"BYTEPS_SOMETHING_NEW", "3"}});
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0],
+  EXPECT_EQ(
+      warnings[0],
+      "BYTEPS_SCHEDULING_CREDIT=\"8\" is not supported yet (use --set ps.scheduling_credit=N); ignored");
+  EXPECT_EQ(warnings[1],
             "BYTEPS_SOMETHING_NEW is not a variable pstwin reads (docs/ENVIRONMENT.md); ignored");
-  EXPECT_EQ(warnings[1], "DMLC_INTERFACE=\"eth0\" is not supported yet (use DMLC_NODE_HOST); ignored");
 }
 
 TEST(NodeEnv, ParsesTheFourTerminalWorkerLaunch) {
@@ -206,6 +210,73 @@ TEST(NodeEnv, ServerBindsNodeHostOnAFreePort) {
   EXPECT_EQ(env.role, Role::kServer);
   EXPECT_EQ(env.worker_id, -1);
   EXPECT_EQ(env.bind_address(), "10.0.0.7:*");
+}
+
+TEST(NodeEnv, ANodePortIsListenedOnAndBadOnesAreRefused) {
+  Env vars = with(with(worker_env(), "DMLC_ROLE", "server"), "DMLC_NODE_PORT", "9100");
+  EXPECT_EQ(parse_node_env(vars).bind_address(), "127.0.0.1:9100");
+  EXPECT_EQ(parse_node_env(with(vars, "DMLC_ROLE", "scheduler")).bind_address(), "127.0.0.1:1234");
+  EXPECT_TRUE(check_env_names(vars).empty());  // read, not "not supported"
+  for (const std::string bad : {"0", "65536", "x", "-1"})
+    EXPECT_NE(error_of(with(vars, "DMLC_NODE_PORT", bad))
+                  .find("DMLC_NODE_PORT=\"" + bad + "\": expected a port 1-65535"),
+              std::string::npos)
+        << bad << ": " << error_of(with(vars, "DMLC_NODE_PORT", bad));
+}
+
+// The message of the NodeEnvError resolve_node_address throws for `env` ("" if it does not throw).
+std::string address_error_of(NodeEnv env) {
+  return node_env_error([&] { resolve_node_address(env); });
+}
+
+TEST(NodeEnv, AnInterfaceGivesItsAddressAndAMissingOneListsThoseThereAre) {
+  NodeEnv env = parse_node_env(with(worker_env(), "DMLC_INTERFACE", "lo"));
+  EXPECT_EQ(env.interface, "lo");
+  env.node_host = "";
+  resolve_node_address(env);
+  EXPECT_EQ(env.node_host, "127.0.0.1");
+  const std::string missing =
+      address_error_of(parse_node_env(with(worker_env(), "DMLC_INTERFACE", "nosuch9")));
+  EXPECT_NE(missing.find("DMLC_INTERFACE=\"nosuch9\": this machine has no interface of that name"),
+            std::string::npos)
+      << missing;
+  EXPECT_NE(missing.find("lo (127.0.0.1)"), std::string::npos) << missing;
+  EXPECT_NE(error_of(with(worker_env(), "DMLC_INTERFACE", "eth0; rm")).find("a network interface's name"),
+            std::string::npos);
+}
+
+TEST(NodeEnv, WithoutAHostTheAddressOfTheRouteToTheSchedulerIsAdvertised) {
+  // A job on one machine keeps loopback.
+  NodeEnv local = parse_node_env(worker_env());
+  resolve_node_address(local);
+  EXPECT_EQ(local.node_host, "127.0.0.1");
+  // A scheduler at this machine's non-loopback address: the route to it starts at that address.
+  std::string address;
+  for (const auto& entry : ipv4_interfaces()) {
+    const auto open = entry.find('(');
+    const std::string ip = entry.substr(open + 1, entry.size() - open - 2);
+    if (!is_loopback_ipv4(ip)) address = ip;
+  }
+  if (address.empty()) GTEST_SKIP() << "this machine has no non-loopback IPv4 address";
+  NodeEnv env = parse_node_env(with(worker_env(), "DMLC_PS_ROOT_URI", address));
+  resolve_node_address(env);
+  EXPECT_EQ(env.node_host, address);
+  EXPECT_EQ(env.bind_address(), address + ":*");
+}
+
+TEST(NodeEnv, ALoopbackAddressWithTheSchedulerOnAnotherMachineIsRefused) {
+  // 192.0.2.1 (TEST-NET-1) is no address of this machine: the scheduler is elsewhere.
+  const Env remote = with(worker_env(), "DMLC_PS_ROOT_URI", "192.0.2.1");
+  const std::string given = address_error_of(parse_node_env(with(remote, "DMLC_NODE_HOST", "127.0.0.1")));
+  EXPECT_NE(given.find("DMLC_NODE_HOST=\"127.0.0.1\" is a loopback address, but the scheduler "
+                       "(DMLC_PS_ROOT_URI=\"192.0.2.1\") is on another machine"),
+            std::string::npos)
+      << given;
+  const std::string interface = address_error_of(parse_node_env(with(remote, "DMLC_INTERFACE", "lo")));
+  EXPECT_NE(interface.find("DMLC_INTERFACE=\"lo\" (127.0.0.1) is a loopback address"), std::string::npos)
+      << interface;
+  // The scheduler's own role binds the root address: nothing to resolve.
+  EXPECT_EQ(address_error_of(parse_node_env(with(remote, "DMLC_ROLE", "scheduler"))), "");
 }
 
 TEST(NodeEnv, ReadsBytePSTuningVariables) {

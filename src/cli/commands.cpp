@@ -25,6 +25,7 @@
 #include "realnet/job_parts.hpp"
 #include "realnet/job_run.hpp"
 #include "realnet/netns_cluster.hpp"
+#include "realnet/node_address.hpp"
 #include "realnet/node_env.hpp"
 #include "realnet/node_run.hpp"
 #include "realnet/zmq_runtime.hpp"
@@ -411,7 +412,8 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
   // Names first: a misspelled variable explains a "required variable is not set" that follows.
   for (const auto& warning : realnet::check_env_names(environment))
     if (!common.quiet) std::cerr << "pstwin node: warning: " << warning << "\n";
-  const realnet::NodeEnv env = realnet::parse_node_env(realnet::node_variables(environment));
+  realnet::NodeEnv env = realnet::parse_node_env(realnet::node_variables(environment));
+  realnet::resolve_node_address(env);
   auto overrides = env.scenario_overrides();
   for (const auto& text : common.sets) overrides.push_back(split_override(text));
   const Scenario scenario =
@@ -445,6 +447,9 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
     std::cerr << "pstwin: " << e.what()
               << (env.role == Role::kScheduler
                       ? "; is another scheduler running? choose another DMLC_PS_ROOT_PORT"
+                  : env.node_port > 0
+                      ? "; is another node using DMLC_NODE_PORT=" + std::to_string(env.node_port) +
+                            "? choose another, or unset it for a free port"
                       : "; DMLC_NODE_HOST must be an address of this machine")
               << "\n";
     return 2;

@@ -21,6 +21,7 @@
 #include "pslite/app_node.hpp"
 #include "pslite/wire.hpp"
 #include "realnet/loop_runtime.hpp"
+#include "realnet/node_address.hpp"
 #include "realnet/node_env.hpp"
 #include "realnet/van.hpp"
 #include "scenario/scenario.hpp"
@@ -63,8 +64,9 @@ class StartWatch final : public pstwin::RunObserver {
 // The real backend: the process's node on a LoopRuntime and the van of DMLC_PS_VAN_TYPE.
 class RealNodeLink final : public pslite::NodeLink {
  public:
-  RealNodeLink(const realnet::NodeEnv& env, const pslite::MakeAppProtocol& make) {
+  RealNodeLink(realnet::NodeEnv env, const pslite::MakeAppProtocol& make) {
     try {
+      realnet::resolve_node_address(env);
       scenario_ =
           pstwin::parse_scenario("", "the ps-lite application's environment", env.scenario_overrides());
     } catch (const std::exception& error) {
