@@ -23,8 +23,6 @@ namespace pstwin::pslite {
 class NodeLink {
  public:
   virtual ~NodeLink() = default;
-  // The node's runtime; use it only in events run by post().
-  virtual Runtime& runtime() = 0;
   // Runs `event` on the node's event loop; false: the node has stopped and the event was dropped.
   virtual bool post(std::function<void()> event) = 0;
   // Blocks until the node stopped. A failed node ends the process (real backend) or the run

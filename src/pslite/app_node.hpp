@@ -31,6 +31,8 @@ class AppNode final : public PsNode {
   // On the event loop: ask the scheduler for a barrier of `group`; tell it this worker is done.
   void request_barrier(int group);
   void announce_done();
+  // On the event loop: sends an app frame through the node's own runtime (behind its Resender, if any).
+  void send_app(Message frame) { rt_.send(std::move(frame)); }
 
  private:
   void on_ready() override;
@@ -46,6 +48,8 @@ class AppScheduler final : public Node {
   AppScheduler(Runtime& runtime, std::unique_ptr<Scheduler> scheduler, AppEvents& events);
   // On the event loop: the scheduler's application finalized; the job may end once the workers are done.
   void local_finalized();
+  // On the event loop: sends an app frame through the node's own runtime (behind its Resender, if any).
+  void send_app(Message frame) { rt_.send(std::move(frame)); }
 
   void start() override { scheduler_->start(); }
   void on_message(Message message) override;

@@ -17,6 +17,7 @@
 
 #include "ps/ids.hpp"
 #include "ps/internal/customer.h"
+#include "ps/resend.hpp"
 #include "pslite/app_backend.hpp"
 #include "pslite/app_node.hpp"
 #include "pslite/wire.hpp"
@@ -90,7 +91,6 @@ class RealNodeLink final : public pslite::NodeLink {
     runtime_->start();
   }
 
-  pstwin::Runtime& runtime() override { return *runtime_; }
   bool post(std::function<void()> event) override { return runtime_ && runtime_->post(std::move(event)); }
 
   // Ends the process with the node's failure (a peer died, the scheduler is gone): a ps-lite app would
@@ -140,20 +140,26 @@ struct Postoffice::Node final : pslite::AppEvents {
     if (e.role == Role::kValidator)
       exit_with(2,
                 "DMLC_WORKER_TYPE=validator: a ps-lite application has schedulers, servers and workers only");
+    // With ps.resend (on wherever the scenario injects loss, duplicates or partitions) the node sits
+    // behind a Resender, as pstwin's own nodes do.
     const auto make = [this, &e](pstwin::Runtime& runtime, const pstwin::Scenario& scenario,
-                                 const std::string& scheduler_address) -> std::unique_ptr<pstwin::Node> {
-      if (e.role == Role::kScheduler) {
-        watch = std::make_unique<StartWatch>(*this);
-        auto scheduler = std::make_unique<pstwin::Scheduler>(runtime, scenario, *watch);
-        auto node = std::make_unique<pslite::AppScheduler>(runtime, std::move(scheduler), *this);
-        app_scheduler = node.get();
-        return node;
-      }
-      auto node = std::make_unique<pslite::AppNode>(
-          pstwin::NodeContext{runtime, scenario, no_observer, scheduler_address}, e.role,
-          e.role == Role::kWorker ? e.worker_id : -1, *this);
-      app_node = node.get();
-      return node;
+                                 const std::string& scheduler_address) {
+      return pstwin::with_resend(
+          runtime, scenario, std::string(pstwin::role_name(e.role)),
+          [&](pstwin::Runtime& rt) -> std::unique_ptr<pstwin::Node> {
+            if (e.role == Role::kScheduler) {
+              watch = std::make_unique<StartWatch>(*this);
+              auto scheduler = std::make_unique<pstwin::Scheduler>(rt, scenario, *watch);
+              auto node = std::make_unique<pslite::AppScheduler>(rt, std::move(scheduler), *this);
+              app_scheduler = node.get();
+              return node;
+            }
+            auto node = std::make_unique<pslite::AppNode>(
+                pstwin::NodeContext{rt, scenario, no_observer, scheduler_address}, e.role,
+                e.role == Role::kWorker ? e.worker_id : -1, *this);
+            app_node = node.get();
+            return node;
+          });
     };
     link = app_backend ? app_backend->launch(e, make) : std::make_unique<RealNodeLink>(e, make);
     // The ps-lite facade, not protocol code: ps-lite's API is blocking and threaded by contract (its
@@ -437,7 +443,12 @@ void Postoffice::Send(const Message& msg) {
   } catch (const std::invalid_argument& error) {
     LOG(FATAL) << error.what();
   }
-  node.on_loop([&node, frame = std::move(frame)]() mutable { node.link->runtime().send(std::move(frame)); });
+  node.on_loop([&node, frame = std::move(frame)]() mutable {
+    if (node.app_node)
+      node.app_node->send_app(std::move(frame));
+    else
+      node.app_scheduler->send_app(std::move(frame));
+  });
 }
 
 void Postoffice::AddCustomer(Customer* customer) {

@@ -19,6 +19,7 @@
 
 #include "core/assert.hpp"
 #include "ps/internal/postoffice.h"
+#include "ps/resend.hpp"
 #include "pslite/app_backend.hpp"
 #include "sim/cluster.hpp"
 #include "sim/platform.hpp"
@@ -62,7 +63,6 @@ MainFunction load_copy(const std::filesystem::path& module, const std::filesyste
 class SimNodeLink final : public pslite::NodeLink {
  public:
   explicit SimNodeLink(sim::SimNode& node) : node_(node) {}
-  Runtime& runtime() override { return node_; }
   bool post(std::function<void()> event) override {
     if (halted_ || node_.stopped()) return false;
     node_.post(std::move(event));
@@ -203,6 +203,12 @@ AppRun run_app_simulation(const Scenario& sc, const AppOptions& options,
       for (const auto& thread : parked) run.report.failure += "\n    " + thread.what;
     }
     cluster.fill(run.report, run_time);
+    if (sc.faults.any() || sc.resend_enabled()) {
+      FaultCounts counts = cluster.fault_counts();
+      counts.resend_enabled = sc.resend_enabled();
+      for (const auto& node : cluster.nodes()) add_resend_counts(node->protocol(), counts);
+      run.report.faults = counts;
+    }
     run.report.run_time_s = run_time;
     run.report.replay = options.replay;
     run.report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -4,9 +4,11 @@ byte-identical outputs: stdout and stderr (the application's own log lines inclu
 trace.json and resolved.toml, all but the wall time.
 
 Usage: sim_twice.py SIMAPP SCENARIO [--servers S] [--workers W] [--role-arg] [--set FIELD=VALUE]...
-                    [--expect-fail TEXT] [--min-run-time SECONDS] -- MODULE [ARGS...]
+                    [--expect-fail TEXT] [--min-run-time SECONDS] [--expect-positive FIELD]...
+                    -- MODULE [ARGS...]
   --expect-fail TEXT     the run must fail (a non-zero exit status) and its output contain TEXT
   --min-run-time SECONDS results.json's run_time_s (simulated) must be at least this
+  --expect-positive FIELD  results.json's FIELD (dotted, e.g. faults.resend.resent) must be > 0
 Exit status 0 when both runs ended as expected and agree, 1 otherwise.
 """
 import argparse
@@ -52,6 +54,7 @@ def main():
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--expect-fail")
     parser.add_argument("--min-run-time", type=float)
+    parser.add_argument("--expect-positive", action="append", default=[])
     parser.add_argument("module")
     parser.add_argument("app_args", nargs="*")
     args = parser.parse_args()
@@ -68,6 +71,12 @@ def main():
         sys.exit("sim_twice: no results.json")
     if args.min_run_time is not None and files["results.json"]["run_time_s"] < args.min_run_time:
         sys.exit(f"sim_twice: run_time_s {files['results.json']['run_time_s']} < {args.min_run_time}")
+    for field in args.expect_positive:
+        value = files["results.json"]
+        for part in field.split("."):
+            value = value.get(part, 0) if isinstance(value, dict) else 0
+        if not isinstance(value, (int, float)) or value <= 0:
+            sys.exit(f"sim_twice: results.json's {field} is {value}, expected > 0")
     other_status, other_output, other_files = runs[1]
     if other_status != status or other_output != output:
         print(other_output)
