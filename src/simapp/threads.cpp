@@ -81,7 +81,7 @@ struct ThreadOfProcess {
 };
 
 // One OS thread runs every actor, and actors switch only inside simulator calls: this state needs
-// no lock. Maps are looked up by address, never iterated: their order decides nothing.
+// no lock. The maps by address are looked up, never iterated; `threads` is listed in actor order.
 struct Simulated {
   bool running = false;
   s4u::MutexPtr wait_mutex;                     // held only between a look and a wait
@@ -110,8 +110,6 @@ bool is_simulated_thread(pthread_t id) {
   return (id & 1) != 0 && simulated().joinable.contains(id);
 }
 
-// Parks the calling actor until `point` changes after `generation`, or until `deadline` (simulated
-// time; negative: none). False: the deadline passed first.
 // What the calling actor's thread is parked on, for describe_parked_threads (null: running).
 void mark_waiting(const char* what) {
   auto& threads = simulated().threads;
@@ -119,6 +117,8 @@ void mark_waiting(const char* what) {
     it->second.waiting = what;
 }
 
+// Parks the calling actor until `point` changes after `generation`, or until `deadline` (simulated
+// time; negative: none). False: the deadline passed first.
 bool park(WaitPoint& point, std::uint64_t generation, double deadline) {
   ++point.waiters;
   bool changed = true;
@@ -244,7 +244,11 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attributes, void* (*
 }
 
 int pthread_join(pthread_t thread, void** result) {
-  if (!pstwin::simapp::is_simulated_thread(thread)) return libc().join(thread, result);
+  if (!pstwin::simapp::is_simulated_thread(thread)) {
+    // A simulated thread's id that is joined or detached already: never the C library's to look up.
+    if ((thread & 1) != 0 && simulated().running) return ESRCH;
+    return libc().join(thread, result);
+  }
   const s4u::ActorPtr actor = simulated().joinable.at(thread);
   simulated().joinable.erase(thread);
   pstwin::simapp::mark_waiting("waits for a thread to end (join)");
@@ -255,7 +259,10 @@ int pthread_join(pthread_t thread, void** result) {
 }
 
 int pthread_detach(pthread_t thread) noexcept {
-  if (!pstwin::simapp::is_simulated_thread(thread)) return libc().detach(thread);
+  if (!pstwin::simapp::is_simulated_thread(thread)) {
+    if ((thread & 1) != 0 && simulated().running) return ESRCH;
+    return libc().detach(thread);
+  }
   simulated().joinable.erase(thread);
   return 0;
 }
