@@ -126,7 +126,7 @@ void EpollNodeRuntime::retry_pending() {
 }
 
 void EpollNodeRuntime::queue(Message message) {
-  host_.count_message(kHeaderBytes + message.payload.size());
+  host_.count_message(message.header, kHeaderBytes + message.payload.size());
   if (host_.tracing()) {
     const Seconds at = now();
     trace_lane("send->" + std::to_string(message.header.recipient), "send", span_name(message.header), at, at,

@@ -99,6 +99,7 @@ nlohmann::ordered_json part_to_json(const NodePart& p) {
   for (const auto& n : p.nodes) j["nodes"].push_back(node_info_json(n));
   j["bytes_sent"] = p.bytes_sent;
   j["bytes_received"] = p.bytes_received;
+  j["cross_host"] = {{"bytes", p.cross_host.bytes}, {"push_pull_bytes", p.cross_host.push_pull_bytes}};
   j["messages"] = p.messages;
   j["epoch_s"] = p.epoch_s;
   j["trace"] = ordered_json::array();
@@ -145,6 +146,8 @@ NodePart part_from_json(const nlohmann::json& j) {
   for (const auto& n : j.at("nodes")) p.nodes.push_back(node_info_from_json(n));
   p.bytes_sent = j.value("bytes_sent", std::uint64_t{0});
   p.bytes_received = j.value("bytes_received", std::uint64_t{0});
+  if (j.contains("cross_host"))
+    p.cross_host = {j.at("cross_host").at("bytes"), j.at("cross_host").at("push_pull_bytes")};
   p.messages = j.value("messages", std::uint64_t{0});
   p.epoch_s = j.value("epoch_s", 0.0);
   if (j.contains("trace"))
@@ -223,6 +226,7 @@ RunReport merge_parts(const Scenario& sc, const std::vector<NodePart>& parts, co
     if (!part.refused.empty()) report.refused[name] = part.refused;
     report.messages += part.messages;
     report.message_bytes += part.bytes_sent;
+    report.cross_host += part.cross_host;
     report.trace_dropped += part.trace_dropped;
   }
   // One trace: a process per node in part order, times shifted from each node's clock to the earliest.

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cuda/cuda_tensors.hpp"
+#include "ps/host_groups.hpp"
 #include "ps/resend.hpp"
 #include "realnet/job_auth.hpp"
 #include "realnet/locked_observer.hpp"
@@ -29,7 +30,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   });
   ObserverFanout with_crashes({&observers.fanout, &crashes});
   LockedObserver observer(crashes.needed() ? static_cast<RunObserver&>(with_crashes) : observers.fanout);
-  LocalHost host({sc.output, options.log, nullptr});
+  LocalHost host({sc.output, options.log, nullptr, [&sc](NodeId id) { return node_host(sc, id); }});
 
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
   const std::string job_token = options.job_token.value_or(JobKey::random_token());

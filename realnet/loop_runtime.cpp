@@ -138,10 +138,17 @@ void LocalHost::record_span(TraceSpan span) {
   trace_.push_back(std::move(span));
 }
 
-void LocalHost::count_message(std::uint64_t wire_bytes) {
+void LocalHost::count_message(const MessageHeader& header, std::uint64_t wire_bytes) {
+  bool crosses = false;
+  if (options_.host_of) {
+    const std::string from = options_.host_of(header.sender);
+    const std::string to = options_.host_of(header.recipient);
+    crosses = !from.empty() && !to.empty() && from != to;
+  }
   std::lock_guard lock(mutex_);
   ++messages_;
   message_bytes_ += wire_bytes;
+  if (crosses) cross_host_.add(header.command, wire_bytes);
 }
 
 void LocalHost::log_line(const std::string& line) {
@@ -156,6 +163,7 @@ void LocalHost::fill(RunReport& report) const {
   std::lock_guard lock(mutex_);
   report.messages = messages_;
   report.message_bytes = message_bytes_;
+  report.cross_host = cross_host_;
   report.trace = trace_;
   report.trace_dropped = trace_dropped_;
 }

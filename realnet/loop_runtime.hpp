@@ -56,6 +56,9 @@ class LocalHost {
     std::function<void(std::string_view)> log_sink;
     // Staging for every node of this process; null: an in-process SharedStaging.
     std::shared_ptr<StagingArea> staging;
+    // The scenario host of a node id ("" for none), which counts a message as crossing hosts when its
+    // sender's and recipient's differ; null: none does.
+    std::function<std::string(NodeId)> host_of;
   };
   explicit LocalHost(Options options);
 
@@ -78,9 +81,9 @@ class LocalHost {
 
   bool tracing() const { return options_.output.trace; }
   void record_span(TraceSpan span);
-  void count_message(std::uint64_t wire_bytes);
+  void count_message(const MessageHeader& header, std::uint64_t wire_bytes);
   void log_line(const std::string& line);
-  void fill(RunReport& report) const;  // messages, trace
+  void fill(RunReport& report) const;  // messages, cross-host traffic, trace
 
  private:
   const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
@@ -96,6 +99,7 @@ class LocalHost {
   std::uint64_t trace_dropped_ = 0;
   std::uint64_t messages_ = 0;
   std::uint64_t message_bytes_ = 0;
+  CrossHostTraffic cross_host_;
 };
 
 // The node could not listen: what() is "cannot bind HOST:PORT: <reason>".

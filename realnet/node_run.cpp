@@ -18,6 +18,7 @@
 #include "core/digest.hpp"
 #include "cuda/cuda_tensors.hpp"
 #include "ps/balance.hpp"
+#include "ps/host_groups.hpp"
 #include "ps/ids.hpp"
 #include "ps/invariants.hpp"
 #include "ps/resend.hpp"
@@ -298,7 +299,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   auto staging = std::make_shared<ShmStaging>(host_staging_prefix(env.root_port, host_of(env)));
   // Before any thread starts: Ctrl-C or a plain `kill` stops the node cleanly, staging unlinked.
   StopSignals stop_signals;
-  LocalHost host({sc.output, options.log, staging});
+  LocalHost host({sc.output, options.log, staging, [&sc](NodeId id) { return node_host(sc, id); }});
 
   // The scheduler binds the root address, the others DMLC_NODE_HOST: that address's interface.
   const double nic_rate_Bps =
@@ -448,6 +449,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   part.digests = std::move(stats.digests);
   part.nodes = std::move(stats.nodes);
   part.bytes_sent = sent.message_bytes;
+  part.cross_host = sent.cross_host;
   part.bytes_received = bytes_received;
   part.refused = refused;
   part.messages = sent.messages;

@@ -47,6 +47,7 @@ struct NodePart {
   std::vector<NodeInfo> nodes;                   // the scheduler: the node table
   std::uint64_t bytes_sent = 0;                  // wire bytes (header + payload) of its messages
   std::uint64_t bytes_received = 0;
+  CrossHostTraffic cross_host;   // of what it sent
   std::uint64_t messages = 0;    // messages it sent
   double epoch_s = 0;            // zero of its span times on the host's steady clock (LocalHost::epoch_s)
   std::vector<TraceSpan> trace;  // its spans when output.trace is on

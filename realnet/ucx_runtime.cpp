@@ -973,7 +973,7 @@ class UcxNodeRuntime::Worker {
     write_u64(header, link.next_sequence++);
     std::ranges::copy(wire, header.begin() + kSequenceBytes);
     const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
-    owner_.host_.count_message(wire_bytes);
+    owner_.host_.count_message(message.header, wire_bytes);
     if (owner_.host_.tracing())
       owner_.trace_lane("send->" + std::to_string(message.header.recipient), "send",
                         span_name(message.header), start, owner_.now(), trace_message(message));

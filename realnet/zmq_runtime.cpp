@@ -250,7 +250,7 @@ class ZmqNodeRuntime::Sockets {
     socket.send(zmq::message_t(header.data(), header.size()),
                 body ? zmq::send_flags::sndmore : zmq::send_flags::none);
     if (body) socket.send(zero_copy_frame(std::move(message.payload)), zmq::send_flags::none);
-    owner_.host_.count_message(wire_bytes);
+    owner_.host_.count_message(message.header, wire_bytes);
     if (owner_.host_.tracing())
       owner_.trace_lane("send->" + std::to_string(message.header.recipient), "send",
                         span_name(message.header), start, owner_.now(), trace_message(message));

@@ -182,7 +182,7 @@ bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) 
   const std::uint64_t wire_bytes = kHeaderBytes + message.payload.size();
   auto& cluster = from_.cluster();
   const Seconds end = s4u::Engine::get_clock();
-  cluster.account(from_, to_, wire_bytes, start, end);
+  cluster.account(from_, to_, decoded.command, wire_bytes, start, end);
   const auto name = std::string(command_name(decoded.command)) + (decoded.is_response ? " response" : "");
   const TraceMessage carried{decoded.key, decoded.iteration, wire_bytes};
   from_.trace_lane(lane_name_, "send", name, start, end, carried);
@@ -633,11 +633,12 @@ double Cluster::uplink_rate(const std::string& host) const {
   return 0;
 }
 
-void Cluster::account(const SimNode& from, const SimNode& to, std::uint64_t bytes, Seconds start,
-                      Seconds end) {
+void Cluster::account(const SimNode& from, const SimNode& to, Command command, std::uint64_t bytes,
+                      Seconds start, Seconds end) {
   ++messages_;
   message_bytes_ += bytes;
   if (from.host_slot() == to.host_slot()) return;  // loopback: no NIC involved
+  cross_host_.add(command, bytes);
   const auto carry = [&](std::size_t link) {
     link_bytes_[link] += bytes;
     timeline_.add(link, start, end, static_cast<double>(bytes));
@@ -692,6 +693,7 @@ void Cluster::fill(RunReport& report, Seconds run_time) const {
   }
   report.messages = messages_;
   report.message_bytes = message_bytes_;
+  report.cross_host = cross_host_;
   report.trace = trace_;
   report.trace_dropped = trace_dropped_;
 }

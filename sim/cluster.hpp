@@ -233,7 +233,8 @@ class Cluster {
   MessageNetwork* network() { return network_.get(); }
 
   // A message of `bytes` on the wire from `start` to `end`: counted on every link it crossed.
-  void account(const SimNode& from, const SimNode& to, std::uint64_t bytes, Seconds start, Seconds end);
+  void account(const SimNode& from, const SimNode& to, Command command, std::uint64_t bytes, Seconds start,
+               Seconds end);
   void record_span(TraceSpan span);
   // Sees every span, before output.trace and its cap decide whether trace.json keeps it.
   void set_span_sink(std::function<void(const TraceSpan&)> sink) { span_sink_ = std::move(sink); }
@@ -281,6 +282,7 @@ class Cluster {
   LinkTimeline timeline_;
   std::uint64_t messages_ = 0;
   std::uint64_t message_bytes_ = 0;
+  CrossHostTraffic cross_host_;
   std::vector<TraceSpan> trace_;
   std::uint64_t trace_dropped_ = 0;
   std::function<void(const TraceSpan&)> span_sink_;

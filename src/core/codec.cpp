@@ -253,6 +253,8 @@ std::string_view command_name(Command command) {
       return "worker_lost";
     case Command::kApp:
       return "app";
+    case Command::kLocalReduce:
+      return "local_reduce";
   }
   return "unknown";
 }

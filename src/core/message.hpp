@@ -25,8 +25,11 @@ enum class Command : std::uint16_t {
   kAck = 13,         // ps.resend: receiver -> sender, key = the acknowledged message's sequence
   kWorkerLost = 14,  // scheduler -> servers, workers (ps.on_worker_loss = continue): key = the lost node's id
   kApp = 15,  // any -> any: a ps-lite API application's message (src/pslite), payload in its own encoding
+  // ps.local_reduce: worker -> its host's root (request: my partition `key` of `iteration` is staged),
+  // root -> worker (response: the host's aggregate of it is staged)
+  kLocalReduce = 16,
 };
-inline constexpr std::uint16_t kMaxCommand = 15;
+inline constexpr std::uint16_t kMaxCommand = 16;
 
 std::string_view command_name(Command command);
 

@@ -19,6 +19,7 @@ Aggregator::Aggregator(Runtime& runtime, const Scenario& scenario, RunObserver& 
       rule_(rule),
       sync_(scenario.ps.mode == TrainingMode::kSync),
       plan_(scenario, workload),
+      groups_(scenario),
       engine_(engine),
       name_(std::move(name)),
       lane_bytes_(static_cast<std::size_t>(engine.lanes()), 0) {}
@@ -30,6 +31,13 @@ void Aggregator::handle(Message request) {
     // Declared dead, its rounds were resolved without it: a late message must not count now.
     rt_.log(name_ + ": ignoring " + std::string(command_name(command)) + " from worker " +
             std::to_string(rank_of(request.header.sender)) + ", declared lost");
+    return;
+  }
+  if (sender == Role::kWorker && groups_.active() && !groups_.is_root(rank_of(request.header.sender))) {
+    // ps.local_reduce: the host's root pushes and pulls for it; another's request would count twice.
+    rt_.log(name_ + ": ignoring " + std::string(command_name(command)) + " from worker " +
+            std::to_string(rank_of(request.header.sender)) +
+            ", which is no host's root: with ps.local_reduce the root pushes and pulls for its host");
     return;
   }
   if (command == Command::kPush && rule_.forwards_worker_pushes()) {
@@ -172,7 +180,8 @@ void Aggregator::sync_push(Message message) {
     if (from_validator) {
       reply(request);
     } else {
-      observer_.push_applied(rt_.self(), rank, key, iteration);
+      for (const int worker : groups_.members(rank))
+        observer_.push_applied(rt_.self(), worker, key, iteration);
       // A fused push_pull is answered like a pull: with the aggregate, once the round completes.
       if (request.header.command == Command::kPushPull)
         round.waiting_pulls.push_back(std::move(request));
@@ -188,7 +197,7 @@ void Aggregator::sync_push(Message message) {
 int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint32_t iteration) const {
   if (rule_.input_role() == Role::kValidator) return scenario_.roles.validators;
   const int tensor = workload_.partition(key).tensor;
-  int expected = plan_.pushers(iteration, tensor);
+  int expected = groups_.active() ? groups_.pushers() : plan_.pushers(iteration, tensor);
   for (int lost : lost_)
     if (plan_.pushes(lost, iteration, tensor) &&
         std::ranges::find(round.contributors, lost) == round.contributors.end())
@@ -199,7 +208,7 @@ int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint
 
 void Aggregator::mark_absent(std::uint64_t key, Round& round, std::uint32_t iteration) const {
   const int tensor = workload_.partition(key).tensor;
-  for (int w = 0; w < workload_.workers(); ++w)
+  for (const int w : groups_.roots())
     if (plan_.pushes(w, iteration, tensor) &&
         std::ranges::find(round.contributors, w) == round.contributors.end())
       round.absent.push_back(w);
@@ -243,7 +252,7 @@ void Aggregator::worker_lost(int rank) {
 
 bool Aggregator::all_pulled(const Round& round) const {
   return round.pulls_answered ==
-         workload_.workers() - static_cast<int>(lost_.size()) + scenario_.roles.validators;
+         groups_.pushers() - static_cast<int>(lost_.size()) + scenario_.roles.validators;
 }
 
 void Aggregator::count_pull(const Message& request, Round& round, std::uint64_t key,

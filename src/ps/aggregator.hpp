@@ -6,6 +6,8 @@
 //          round completes (complete_round, the only place that answers them).
 //   async: every push is applied at once and pulls are answered at once (a snapshot on the key's lane);
 //          ps.max_staleness refuses pushes computed on a model too old.
+//   ps.local_reduce: a round takes one input per host, its root's sum of the host's workers; the
+//          root's push counts as each of theirs (push_applied), only roots pull.
 //   ZenoPS: a worker's push is sent on to its validator (rank % validators); async, that worker's next
 //          pull of the key waits until the validator's judgement of it is applied.
 // Each key is bound to the least-loaded engine lane on first sight; all work on a key runs on its lane,
@@ -23,6 +25,7 @@
 
 #include "core/payload.hpp"
 #include "core/runtime.hpp"
+#include "ps/host_groups.hpp"
 #include "ps/observer.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/update_rule.hpp"
@@ -92,7 +95,8 @@ class Aggregator {
   const SyntheticWorkload& workload_;
   const UpdateRule& rule_;
   const bool sync_;
-  RoundPlan plan_;  // train.participation / train.drop_rate: the pushes each sync round gets
+  RoundPlan plan_;     // train.participation / train.drop_rate: the pushes each sync round gets
+  HostGroups groups_;  // ps.local_reduce: only each host's root pushes and pulls, for its host
   Executor& engine_;
   std::string name_;
   std::vector<std::uint64_t> lane_bytes_;

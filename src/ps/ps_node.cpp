@@ -136,6 +136,7 @@ void PsNode::on_message(Message message) {
     case Command::kPushPull:
     case Command::kLbDecision:
     case Command::kApp:
+    case Command::kLocalReduce:
       if (phase_ == Phase::kBarrier) {
         early_.push_back(std::move(message));
         return;

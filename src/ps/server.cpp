@@ -22,6 +22,11 @@ void Server::on_app_message(Message message) {
     on_decision(message);
     return;
   }
+  if (message.header.command == Command::kLocalReduce) {
+    rt_.log("server: ignoring local_reduce from node " + std::to_string(message.header.sender) +
+            ": it goes between the workers of one host");
+    return;
+  }
   if (intake_ && !message.header.is_response) {
     auto admitted = intake_->admit(std::move(message));
     if (admitted) dispatch(std::move(*admitted));

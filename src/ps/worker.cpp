@@ -33,7 +33,8 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
           workload, decisions_.get(), context.runtime.executor("push", 1),
           [this](const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) {
             fill_push(partition, iteration, out);
-          }) {
+          }),
+      groups_(context.scenario) {
   // The scenario keeps the device to the synthetic workload with staging (Validator::check_device).
   PSTWIN_ASSERT(!device_ || (!training_ && scenario_.staging.enabled),
                 "device tensors need synthetic staging");
@@ -53,6 +54,21 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
       intake_ =
           std::make_unique<RangeIntake>(rt_, scenario_, observer_, workload, *decisions_, monitor_, false);
     }
+  }
+  if (groups_.active() && groups_.members(groups_.root_of(rank)).size() > 1) {
+    HostReduce::Hooks hooks{
+        .fill = [this](const PartitionSpec& partition, std::uint32_t iteration,
+                       std::span<float> out) { fill_push(partition, iteration, out); },
+        .push = [this](const PartitionSpec& partition, Payload payload,
+                       std::string buffer) { kv_.push(partition, std::move(payload), std::move(buffer)); },
+        .deliver =
+            [this](Message aggregate) {
+              --pushes_unacked_;  // the root pushed it for this worker
+              on_pull_response(std::move(aggregate));
+            },
+    };
+    host_reduce_ = std::make_unique<HostReduce>(rt_, scenario_, workload, groups_, rank, copy_stage_,
+                                                rt_.executor("reduce", 1), std::move(hooks));
   }
   if (scenario_.workload.layerwise) {
     for (const auto& partition : workload_.partitions()) {
@@ -218,6 +234,10 @@ std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partitio
 }
 
 void Worker::stage_and_push(const PartitionSpec& partition) {
+  if (host_reduce_) {
+    host_reduce_->stage(partition, iteration_);
+    return;
+  }
   const bool phantom = scenario_.workload.payload == PayloadMode::kPhantom;
   if (!scenario_.staging.enabled) {
     if (!phantom && !training_) {
@@ -301,6 +321,14 @@ void Worker::on_decision(const Message& message) {
 void Worker::on_app_message(Message message) {
   if (message.header.command == Command::kLbDecision) {
     on_decision(message);
+    return;
+  }
+  if (message.header.command == Command::kLocalReduce) {
+    if (host_reduce_)
+      host_reduce_->on_message(message);
+    else
+      rt_.log("worker " + std::to_string(rank_) + ": ignoring local_reduce from node " +
+              std::to_string(message.header.sender) + ": this worker reduces with no other");
     return;
   }
   if (!message.header.is_response) {
@@ -391,6 +419,7 @@ void Worker::on_pull_response(Message message) {
   if (decisions_ && message.header.sender != rt_.self())
     monitor_.received(iteration_, message.header.sender, message.payload.size() + kHeaderBytes, rt_.now());
   observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
+  if (host_reduce_ && host_reduce_->is_root() && !host_reduce_->share(message)) return;
   if (device_) {
     // The aggregate goes back to the device (host -> device on the copy lane) before the pull counts.
     const auto& partition = workload_.partition(message.header.key);
@@ -437,6 +466,7 @@ void Worker::on_model_received() {
     send_to(kSchedulerId, Command::kLbReport, MessageHeader{}, encode_report(monitor_.take(iteration_)));
   ++iteration_;
   kv_.set_iteration(iteration_);
+  if (host_reduce_) host_reduce_->set_iteration(iteration_);
   snapshot_model();  // the global model: worker 0's own unsent steps are not evaluated
   keep_unsent_steps(iteration_ - 1);
   if (static_cast<int>(iteration_) >= scenario_.workload.iterations) {
@@ -466,6 +496,7 @@ std::string Worker::describe_app_state() const {
       << " pushes unacknowledged, " << pulls_outstanding_ << " pulls outstanding";
   if (awaiting_decision_) out << "; waiting for the load balancer's decision for it";
   if (aggregator_) out << "; aggregator: " << aggregator_->describe();
+  if (host_reduce_) out << "; " << host_reduce_->describe();
   return out.str();
 }
 

@@ -8,6 +8,8 @@
 // server's Aggregator behind a RangeIntake; its own pushes to that range go to itself.
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
 // worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
+// With ps.local_reduce a worker that shares its host stages each partition for the host's root
+// through HostReduce (host_reduce.hpp) instead of pushing it; the root pushes the host's sum.
 // With DeviceTensors (workload.device = "cuda", ps/device.hpp) the values live on the device: the copy
 // step produces them there and copies them device -> host into the staging buffer, and every pulled
 // aggregate is copied host -> device on the copy lane before the pull counts as done.
@@ -21,6 +23,7 @@
 #include "ps/aggregator.hpp"
 #include "ps/balance.hpp"
 #include "ps/device.hpp"
+#include "ps/host_reduce.hpp"
 #include "ps/kv_client.hpp"
 #include "ps/lb_intake.hpp"
 #include "ps/ps_node.hpp"
@@ -104,6 +107,8 @@ class Worker final : public PsNode {
   std::uint32_t weights_version_ = 0;       // lb: the decision version the send and receive weights follow
   std::unique_ptr<Aggregator> aggregator_;  // lb.worker_aggregators only
   std::unique_ptr<RangeIntake> intake_;
+  HostGroups groups_;
+  std::unique_ptr<HostReduce> host_reduce_;  // ps.local_reduce, on a host with other workers only
 };
 
 }  // namespace pstwin

@@ -6,6 +6,7 @@
 
 #include "core/codec.hpp"
 #include "core/digest.hpp"
+#include "ps/host_groups.hpp"
 #include "ps/ids.hpp"
 
 namespace pstwin {
@@ -19,12 +20,14 @@ std::string value_digest(std::uint64_t key, const Payload& value) {
 }
 
 // Colocated roles share a NIC and loopback traffic skips it: the closed forms assume neither, nor
-// anything but a sync star.
+// anything but a sync star. With ps.local_reduce only each host's root crosses its NIC, so the
+// workers it pushes for may share its host.
 bool closed_form_applies(const Scenario& sc) {
   if (sc.cluster.topology != Topology::kStar || sc.ps.mode != TrainingMode::kSync) return false;
   std::vector<std::string> hosts;
   for (int s = 0; s < sc.roles.servers; ++s) hosts.push_back(sc.server_host_name(s));
-  for (int w = 0; w < sc.roles.workers; ++w) hosts.push_back(sc.worker_host_name(w));
+  const HostGroups groups(sc);
+  for (const int w : groups.roots()) hosts.push_back(sc.worker_host_name(w));
   std::sort(hosts.begin(), hosts.end());
   return std::adjacent_find(hosts.begin(), hosts.end()) == hosts.end();
 }
@@ -107,7 +110,8 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
                                     double bandwidth_factor, double latency_factor, double cross_traffic) {
   if (!closed_form_applies(sc)) return std::nullopt;
 
-  const double n = sc.roles.workers;
+  const HostGroups groups(sc);
+  const double n = groups.pushers();  // workers, or with ps.local_reduce the hosts' roots
   double bound = 0;
   double min_latency = std::numeric_limits<double>::infinity();
   std::ostringstream why;
@@ -131,7 +135,7 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
   }
   // Each worker sends and receives the whole model through its own link.
   const double model_wire = model_wire_bytes(workload);
-  for (int w = 0; w < sc.roles.workers; ++w) {
+  for (const int w : groups.roots()) {
     const LinkSpec link = sc.host_link(sc.worker_host_name(w));
     bound = std::max(bound, model_wire * (1 + cross_traffic) / (bandwidth_factor * link.bandwidth_Bps));
     min_latency = std::min(min_latency, link.latency_s);
@@ -142,11 +146,37 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
     bound = std::max(bound, 2 * n * model_wire * (1 + cross_traffic) / (bandwidth_factor * switch_Bps));
   // A push and its pull each cross two links: pay that latency at least once per iteration.
   const double latency = 2 * 2 * latency_factor * min_latency;
+  // ps.local_reduce with k workers on a host: its root reads k-1 partitions before a push can leave
+  // and writes the aggregate, which each worker then reads, after the last pull (host_reduce.hpp);
+  // over the iteration the root's reduce lane copies k times the model. Payload bytes, at I.
+  std::size_t k = 1;
+  for (const int root : groups.roots()) k = std::max(k, groups.members(root).size());
+  double host_copies = 0;
+  if (k > 1) {
+    double payload = 0;
+    double smallest = 0;
+    for (const auto& p : workload.partitions()) {
+      payload += static_cast<double>(p.bytes);
+      smallest =
+          smallest == 0 ? static_cast<double>(p.bytes) : std::min(smallest, static_cast<double>(p.bytes));
+    }
+    const double intra_Bps = sc.cluster.intra_host_bandwidth_Bps;
+    const double fill = static_cast<double>(k + 1) * smallest / intra_Bps;
+    bound = std::max(bound + fill, static_cast<double>(k) * payload / intra_Bps + smallest / intra_Bps);
+    host_copies = fill;
+  }
   Bound result;
   result.time_s = sc.workload.compute_s + bound + latency;
   why << "compute + max(max_j n*(p_j + (1+c)*M_j - c*p_j)/(f*B_j), max_w (1+c)*M/(f*B_w)"
-      << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "") << ") + 4*lf*L; n=" << sc.roles.workers
-      << " workers, M_j = wire bytes hashed to server j, p_j its smallest partition, M = " << model_wire
+      << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "") << ")"
+      << (k > 1 ? " + (k+1)*q/I (or k*P/I + q/I if more)" : "") << " + 4*lf*L; n=" << groups.pushers();
+  if (k > 1)
+    why << " pushing hosts (ps.local_reduce), k=" << k
+        << " workers per host, P = model payload bytes, q its smallest partition, I = "
+        << sc.cluster.intra_host_bandwidth_Bps << " B/s (intra-host), (k+1)*q/I = " << host_copies << " s";
+  else
+    why << " workers";
+  why << ", M_j = wire bytes hashed to server j, p_j its smallest partition, M = " << model_wire
       << " wire bytes, f = " << bandwidth_factor << " (bandwidth factor), lf = " << latency_factor
       << " (latency factor), c = " << cross_traffic << " (cross traffic), L = " << min_latency
       << " s (smallest host latency)";

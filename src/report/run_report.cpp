@@ -142,6 +142,7 @@ nlohmann::ordered_json to_json(const RunReport& r) {
   j["run_time_s"] = r.run_time_s;
   j["messages"] = r.messages;
   j["message_bytes"] = r.message_bytes;
+  j["cross_host"] = {{"bytes", r.cross_host.bytes}, {"push_pull_bytes", r.cross_host.push_pull_bytes}};
   j["replay"] = r.replay;
   j["trace_dropped"] = r.trace_dropped;
   j["wall_s"] = r.wall_s;
@@ -400,6 +401,8 @@ RunReport report_from_json(const nlohmann::ordered_json& j) {
   r.run_time_s = j.at("run_time_s");
   r.messages = j.at("messages");
   r.message_bytes = j.at("message_bytes");
+  if (j.contains("cross_host"))
+    r.cross_host = {j["cross_host"].at("bytes"), j["cross_host"].at("push_pull_bytes")};
   r.replay = j.at("replay").get<std::string>();
   r.trace_dropped = j.at("trace_dropped");
   r.wall_s = j.at("wall_s");
@@ -778,8 +781,9 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
         << origin(c.chose_scheduling_credit) << ", ps.push_pull = " << (c.fused ? "fused" : "separate")
         << origin(c.chose_push_pull) << "\n";
   }
-  out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes), run time " << r.run_time_s
-      << " s\n";
+  out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes; " << r.cross_host.bytes
+      << " between hosts, " << r.cross_host.push_pull_bytes << " of them pushes and pulls), run time "
+      << r.run_time_s << " s\n";
   double busiest = 0;
   std::string busiest_name;
   const LinkUsage* most_bytes = nullptr;

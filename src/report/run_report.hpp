@@ -43,6 +43,25 @@ struct LinkUsage {
   std::optional<std::uint64_t> retransmitted = std::nullopt;
 };
 
+// Bytes (header and payload) of the messages whose sender and recipient are on different scenario
+// hosts, as the scenario places the nodes: what crosses host NICs in the simulator and on a cluster,
+// counted the same way by `pstwin run` on one machine. `push_pull_bytes`: of push, pull and push_pull
+// requests and responses only (the model's traffic; the rest is control: registration, heartbeats).
+struct CrossHostTraffic {
+  std::uint64_t bytes = 0;
+  std::uint64_t push_pull_bytes = 0;
+  void add(Command command, std::uint64_t wire_bytes) {
+    bytes += wire_bytes;
+    if (command == Command::kPush || command == Command::kPull || command == Command::kPushPull)
+      push_pull_bytes += wire_bytes;
+  }
+  CrossHostTraffic& operator+=(const CrossHostTraffic& other) {
+    bytes += other.bytes;
+    push_pull_bytes += other.push_pull_bytes;
+    return *this;
+  }
+};
+
 struct Bound {
   double time_s = 0;  // lower bound on one iteration's time
   std::string formula;
@@ -232,6 +251,7 @@ struct RunReport {
   double run_time_s = 0;  // simulated (sim) or wall (real) seconds from start to the last node's stop
   std::uint64_t messages = 0;
   std::uint64_t message_bytes = 0;
+  CrossHostTraffic cross_host;
   std::string replay;  // one-line command reproducing this run
   double wall_s = 0;
   std::vector<TraceSpan> trace;

@@ -68,6 +68,8 @@ constexpr std::array<std::pair<Balancing, std::string_view>, 2> kBalancingNames{
     {{Balancing::kHash, "hash"}, {Balancing::kLb, "lb"}}};
 constexpr std::array<std::pair<DeviceKind, std::string_view>, 2> kDeviceNames{
     {{DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}}};
+constexpr std::array<std::pair<LocalReduce, std::string_view>, 3> kLocalReduceNames{
+    {{LocalReduce::kNone, "none"}, {LocalReduce::kShm, "shm"}, {LocalReduce::kNccl, "nccl"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
 constexpr std::array<std::string_view, 3> kSimNetworkModels{"simgrid", "flow", "fifo"};
 constexpr std::array<std::string_view, 3> kFifoHosts{"epoll", "kernel-pacing", "turns"};
@@ -908,6 +910,12 @@ std::vector<Field> make_registry() {
       "copy-in device -> host into the staging buffer, each pulled aggregate host -> device), charged on "
       "the worker's copy lane by the simulator; the real backend's copies take what the bus gives. 12 GB/s "
       "is what pinned copies reach on PCIe 4.0 x16 in practice (about 25 GB/s on PCIe 5.0)."));
+  f.push_back(make_field(
+      "cluster.intra_host_bandwidth", PSTWIN_MEMBER(cluster.intra_host_bandwidth_Bps), bandwidth,
+      "ps.local_reduce: speed of the copies between the workers of one host (the root reading each other "
+      "worker's staged partition, writing the pulled aggregate back, each worker reading it), charged by "
+      "the simulator on the workers' copy lanes; the real backend's copies take what the memory gives. "
+      "16 GB/s is PCIe-like (host shared memory between GPUs' staging buffers); NVLink is about 100GB/s."));
   f.push_back(make_field("cluster.links", PSTWIN_MEMBER(cluster.host_links), LinksCodec{},
                          "Per-host link overrides, written as tables `[cluster.links.h3]` with `bandwidth` "
                          "and/or `latency`; a missing one takes cluster.host_bandwidth / "
@@ -954,6 +962,13 @@ std::vector<Field> make_registry() {
       "`separate`: push, then pull once the push is acknowledged (BytePS); `fused`: one push_pull request "
       "whose reply carries the aggregate (ps-lite's ZPushPull): one round trip per partition instead of "
       "two. With ps.balancing = \"lb\" and the field left out: fused unless the job has validators."));
+  f.push_back(make_field(
+      "ps.local_reduce", PSTWIN_MEMBER(ps.local_reduce), EnumCodec<LocalReduce>{kLocalReduceNames},
+      "BytePS's hierarchical mode. `none`: every worker pushes and pulls. `shm`: the workers of one host "
+      "(roles.worker_hosts) hand each partition to the host's lowest-ranked worker through host shared "
+      "memory; it sums them by rank, pushes and pulls for the host (servers expect one push per host), "
+      "and hands the aggregate back the same way. `nccl`: the same between the host's GPUs with NCCL, "
+      "refused by builds without it. Needs ps.mode = \"sync\" and workload.kind = \"synthetic\"."));
   f.push_back(make_field("ps.heartbeat_interval", PSTWIN_MEMBER(ps.heartbeat_interval_s), positive_duration,
                          "Time between a node's heartbeats to the scheduler."));
   f.push_back(make_field("ps.heartbeat_timeout", PSTWIN_MEMBER(ps.heartbeat_timeout_s), positive_duration,
@@ -1622,6 +1637,7 @@ class Validator {
     check_worker_aggregators();
     if (s_.workload.kind == WorkloadKind::kMlp) check_train();
     check_device();
+    check_local_reduce();
     check_zeno();
     check_faults();
     const auto& window = s_.output.trace_iterations;
@@ -1755,6 +1771,36 @@ class Validator {
       fail("workload.device",
            "\"cuda\" copies each partition from the GPU into its host staging buffer; "
            "set staging.enabled = true or workload.device = \"cpu\"");
+  }
+
+  // What the root's one push per host cannot stand for: per-worker inputs (robust rules, validators,
+  // staleness, late or lost workers), per-worker routing (lb) and device copies (nccl's part).
+  void check_local_reduce() const {
+    if (s_.ps.local_reduce == LocalReduce::kNone) return;
+    if (s_.ps.local_reduce == LocalReduce::kNccl)
+      fail("ps.local_reduce",
+           "\"nccl\" reduces between the host's GPUs with NCCL, which this pstwin was built without "
+           "(NCCL needs GPUs, and this machine has none); use \"shm\" (host shared memory) or \"none\"");
+    const auto refuse = [&](std::string_view why) {
+      fail("ps.local_reduce", std::string(why) + "; set ps.local_reduce = \"none\" or change that field");
+    };
+    if (s_.ps.mode != TrainingMode::kSync)
+      refuse(
+          "sums each round of the host's workers before one push, which async mode has no rounds for "
+          "(ps.mode = \"async\")");
+    if (s_.workload.kind != WorkloadKind::kSynthetic)
+      refuse(
+          "needs workload.kind = \"synthetic\": servers would see one summed gradient per host, so "
+          "zeno rules, validators and the SGD mean over workers could not judge or weigh each worker");
+    if (s_.lb.balancing != Balancing::kHash)
+      refuse("routes each host's pushes through one worker, which ps.balancing = \"lb\" does not model");
+    if (s_.workload.layerwise) refuse("is not supported with workload.layerwise = true yet");
+    if (s_.workload.device != DeviceKind::kCpu)
+      refuse("\"shm\" reduces host memory; workload.device = \"cuda\" would need \"nccl\"");
+    if (s_.ps.backup_workers > 0)
+      refuse("makes a host's workers one push, which ps.backup_workers > 0 cannot drop separately");
+    if (s_.ps.continues_on_worker_loss())
+      refuse("cannot go on without a host's root worker (ps.on_worker_loss = \"continue\")");
   }
 
   // Rule and attack names and their own parameters are checked by src/zeno when the run is built.
@@ -1991,6 +2037,9 @@ std::string_view to_string(Balancing value) {
 std::string_view to_string(DeviceKind value) {
   return enum_text<DeviceKind>(kDeviceNames, value);
 }
+std::string_view to_string(LocalReduce value) {
+  return enum_text<LocalReduce>(kLocalReduceNames, value);
+}
 
 bool built_with_cuda() {
 #ifdef PSTWIN_HAVE_CUDA
@@ -2145,6 +2194,11 @@ constexpr std::array<std::string_view, 8> kNodeLocalFields{"name",
                                                            "roles.validator_hosts"};
 
 bool defines_job(const Scenario& scenario, std::string_view path) {
+  // ps.local_reduce: the workers' placement decides who pushes for whom and how many pushes a round
+  // gets, so nodes that placed them differently would wait for each other forever.
+  if (scenario.ps.local_reduce != LocalReduce::kNone &&
+      (path == "roles.worker_hosts" || path == "cluster.hosts"))
+    return true;
   if (std::ranges::find(kNodeLocalTables, parent_of(path)) != kNodeLocalTables.end()) return false;
   if (std::ranges::find(kNodeLocalFields, path) != kNodeLocalFields.end()) return false;
   if (path == "seed")

@@ -27,6 +27,7 @@ enum class ShardingKind { kIid, kDirichlet };
 enum class PushPullMode { kSeparate, kFused };
 enum class Balancing { kHash, kLb };
 enum class DeviceKind { kCpu, kCuda };
+enum class LocalReduce { kNone, kShm, kNccl };
 
 struct LinkSpec {
   double bandwidth_Bps = 0;
@@ -45,6 +46,7 @@ struct ClusterConfig {
   double switch_bandwidth_Bps = 0;  // star: the switch's capacity shared by all traffic; 0: non-blocking
   double rack_uplink_latency_s = 2e-6;
   double pcie_bandwidth_Bps = 12e9;            // workload.device = "cuda": each worker's GPU <-> host copies
+  double intra_host_bandwidth_Bps = 16e9;      // ps.local_reduce: copies between a host's workers
   std::map<std::string, LinkSpec> host_links;  // per-host override, [cluster.links.h3]
 };
 
@@ -83,6 +85,9 @@ struct PsConfig {
   int max_staleness = 0;   // async: refuse a push more than this many key versions behind; 0 = unbounded
   int backup_workers = 0;  // sync: a round completes with the first workers - b pushes; late ones are dropped
   bool require_token = false;  // `pstwin node` refuses to start without PSTWIN_JOB_TOKEN
+  // BytePS's hierarchical mode: the workers of one host reduce to its lowest-ranked worker, which alone
+  // pushes and pulls for the host (src/ps/host_reduce.hpp).
+  LocalReduce local_reduce = LocalReduce::kNone;
 };
 
 struct WorkloadConfig {
@@ -400,6 +405,7 @@ std::string_view to_string(ShardingKind value);
 std::string_view to_string(PushPullMode value);
 std::string_view to_string(Balancing value);
 std::string_view to_string(DeviceKind value);
+std::string_view to_string(LocalReduce value);
 
 // Whether this build has the CUDA device path (CMake option PSTWIN_CUDA): without it workload.device =
 // "cuda" is refused.

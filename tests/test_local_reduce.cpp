@@ -1,0 +1,285 @@
+// ps.local_reduce = "shm" (BytePS's hierarchical mode): the shipped 2-host x 4-worker scenario through
+// the real binary in both backends (same model as without local reduce, a quarter of the cross-host
+// push and pull bytes, the simulator within 5 % of its bound, byte-identical reruns), the protocol on
+// the in-process harness (exact sums, forged local_reduce messages ignored), and the refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness.hpp"
+#include "ps/host_groups.hpp"
+#include "ps/ids.hpp"
+#include "ps/invariants.hpp"
+#include "ps/scheduler.hpp"
+#include "ps/server.hpp"
+#include "ps/worker.hpp"
+#include "report/run_recorder.hpp"
+#include "scenario/scenario.hpp"
+#include "sim_support.hpp"
+
+namespace pstwin {
+namespace {
+
+constexpr const char* kScenario = "scenarios/local_reduce_2x4.toml";  // for pstwin, run from the sources
+constexpr const char* kScenarioFile = PSTWIN_SOURCE_DIR "/scenarios/local_reduce_2x4.toml";
+
+std::uint64_t push_pull_bytes(const nlohmann::json& results) {
+  return results["cross_host"]["push_pull_bytes"].get<std::uint64_t>();
+}
+
+void expect_clean(const nlohmann::json& results, const std::string& output) {
+  EXPECT_TRUE(results["completed"].get<bool>()) << output;
+  EXPECT_TRUE(results["invariants"]["violations"].empty()) << results["invariants"]["violations"].dump();
+}
+
+TEST(LocalReduce, GroupsFollowThePlacementAndRootsAreTheLowestRanks) {
+  const Scenario sc = load_scenario(kScenarioFile);
+  const HostGroups groups(sc);
+  ASSERT_TRUE(groups.active());
+  EXPECT_EQ(std::vector<int>(groups.roots().begin(), groups.roots().end()), (std::vector<int>{0, 4}));
+  EXPECT_EQ(std::vector<int>(groups.members(4).begin(), groups.members(4).end()),
+            (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(groups.root_of(6), 4);
+  EXPECT_FALSE(groups.is_root(3));
+  EXPECT_EQ(groups.root_of(8), -1);  // no such worker
+  EXPECT_EQ(node_host(sc, worker_id(5)), "h4");
+  EXPECT_EQ(node_host(sc, server_id(1)), "h2");
+  EXPECT_EQ(node_host(sc, kRegistrantIdBase + 3), "");
+  const Scenario plain = load_scenario(kScenarioFile, {{"ps.local_reduce", "none"}});
+  const HostGroups none(plain);
+  EXPECT_EQ(none.pushers(), 8);
+  EXPECT_TRUE(none.is_root(6));
+  // Every node must place the workers alike to agree on the groups: the placement joins the job's fields.
+  const auto defines = [](const Scenario& s, std::string_view path) {
+    return std::ranges::any_of(job_fields(s), [&](const auto& field) { return field.first == path; });
+  };
+  EXPECT_TRUE(defines(sc, "roles.worker_hosts"));
+  EXPECT_TRUE(defines(sc, "cluster.hosts"));
+  EXPECT_FALSE(defines(plain, "roles.worker_hosts"));
+}
+
+// The bound counts each host once on the network and adds the intra-host copies: more workers per
+// host cost only copies, a slower intra-host link a longer bound.
+TEST(LocalReduce, BoundCountsHostsAndIntraHostCopies) {
+  const Scenario sc = load_scenario(kScenarioFile);
+  const SyntheticWorkload workload(sc);
+  const auto bound = analytic_bound(sc, workload, 1, 1, 0);
+  ASSERT_TRUE(bound);
+  EXPECT_NE(bound->formula.find("n=2 pushing hosts"), std::string::npos) << bound->formula;
+  // The same as two workers alone on those hosts, plus one partition's reduce and broadcast copies:
+  // (k+1) * q / I = 5 * 2 MB / 100 GB/s.
+  const Scenario plain = load_scenario(
+      kScenarioFile,
+      {{"ps.local_reduce", "none"}, {"roles.workers", "2"}, {"roles.worker_hosts", "[\"h3\", \"h4\"]"}});
+  const auto plain_bound = analytic_bound(plain, SyntheticWorkload(plain), 1, 1, 0);
+  ASSERT_TRUE(plain_bound);
+  EXPECT_NEAR(bound->time_s - plain_bound->time_s, 5 * 2e6 / 100e9, 1e-9);
+  const Scenario slow = load_scenario(kScenarioFile, {{"cluster.intra_host_bandwidth", "1GBps"}});
+  const auto slower = analytic_bound(slow, SyntheticWorkload(slow), 1, 1, 0);
+  ASSERT_TRUE(slower);
+  // The root's reduce lane copies 4 x 32 MB at 1 GB/s: that, not the network, bounds the iteration.
+  EXPECT_GT(slower->time_s, 0.01 + 4 * 32e6 / 1e9);
+  // Without local reduce four workers share each host's NIC: no closed form.
+  const Scenario none = load_scenario(kScenarioFile, {{"ps.local_reduce", "none"}});
+  EXPECT_FALSE(analytic_bound(none, SyntheticWorkload(none), 1, 1, 0));
+}
+
+TEST(LocalReduce, SimKeepsTheModelCutsCrossHostBytesFourfoldAndMeetsItsBound) {
+  const auto shm = testing::fresh_dir("lr-sim-shm"), again = testing::fresh_dir("lr-sim-again"),
+             none = testing::fresh_dir("lr-sim-none");
+  const auto a = testing::run_pstwin(std::string("sim ") + kScenario + " -q --out " + shm.string());
+  const auto b = testing::run_pstwin(std::string("sim ") + kScenario + " -q --out " + again.string());
+  const auto c = testing::run_pstwin(std::string("sim ") + kScenario +
+                                     " -q --set ps.local_reduce=none --out " + none.string());
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  auto ra = testing::read_json(shm / "results.json"), rb = testing::read_json(again / "results.json");
+  const auto rc = testing::read_json(none / "results.json");
+  expect_clean(ra, a.output);
+  expect_clean(rc, c.output);
+  EXPECT_EQ(ra["model_digest"], rc["model_digest"]);
+  EXPECT_FALSE(ra["model_digest"].get<std::string>().empty());
+  // Two hosts push and pull instead of eight workers: exactly a quarter of the model's traffic.
+  EXPECT_EQ(4 * push_pull_bytes(ra), push_pull_bytes(rc));
+  EXPECT_GT(push_pull_bytes(ra), 0u);
+  ASSERT_TRUE(ra["bound"].is_object());
+  const double bound = ra["bound"]["time_s"], achieved = ra["mean_iteration_s"];
+  EXPECT_GE(achieved, bound);
+  EXPECT_LE(achieved, 1.05 * bound) << ra["bound"]["formula"];
+  EXPECT_LT(achieved, rc["mean_iteration_s"].get<double>());
+  // The same run twice: byte-identical results and trace.
+  ra.erase("wall_s");
+  rb.erase("wall_s");
+  EXPECT_TRUE(ra == rb) << "two runs of the same scenario wrote different results.json";
+  EXPECT_TRUE(testing::read_text(shm / "trace.json") == testing::read_text(again / "trace.json"))
+      << "and different traces";
+  EXPECT_NE(testing::read_text(shm / "trace.json").find("host reduce"), std::string::npos);
+}
+
+TEST(LocalReduce, RealRunGivesTheSimulatorsModelWithAQuarterOfTheCrossHostBytes) {
+  const auto sim = testing::fresh_dir("lr-real-sim"), shm = testing::fresh_dir("lr-real-shm"),
+             none = testing::fresh_dir("lr-real-none");
+  const std::string short_run = " -q --set workload.iterations=2";
+  const auto s = testing::run_pstwin(std::string("sim ") + kScenario + short_run + " --out " + sim.string());
+  const auto a = testing::run_pstwin(std::string("run ") + kScenario + short_run + " --out " + shm.string());
+  const auto c = testing::run_pstwin(std::string("run ") + kScenario + short_run +
+                                     " --set ps.local_reduce=none --out " + none.string());
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const auto rs = testing::read_json(sim / "results.json"), ra = testing::read_json(shm / "results.json"),
+             rc = testing::read_json(none / "results.json");
+  expect_clean(ra, a.output);
+  expect_clean(rc, c.output);
+  EXPECT_EQ(ra["backend"], "real");
+  EXPECT_EQ(ra["model_digest"], rs["model_digest"]);
+  EXPECT_EQ(rc["model_digest"], rs["model_digest"]);
+  EXPECT_EQ(4 * push_pull_bytes(ra), push_pull_bytes(rc));
+  // Both backends count the same messages between the same scenario hosts.
+  EXPECT_EQ(push_pull_bytes(ra), push_pull_bytes(rs));
+}
+
+TEST(LocalReduce, RefusalsNameTheFieldAndExitTwo) {
+  const auto error_of = [](const std::vector<std::pair<std::string, std::string>>& overrides) {
+    try {
+      load_scenario(kScenarioFile, overrides);
+    } catch (const ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> overrides;
+    std::string says;
+  };
+  const std::vector<Case> cases{
+      {{{"ps.local_reduce", "nccl"}}, "NCCL needs GPUs"},
+      {{{"ps.mode", "async"}}, "async"},
+      {{{"workload.kind", "mlp"}}, "workload.kind = \"synthetic\""},
+      {{{"ps.balancing", "lb"}}, "ps.balancing"},
+      {{{"workload.layerwise", "true"}}, "workload.layerwise"},
+      {{{"ps.backup_workers", "1"}}, "ps.backup_workers"},
+      {{{"ps.on_worker_loss", "continue"}}, "ps.on_worker_loss"},
+  };
+  for (const auto& [overrides, says] : cases) {
+    const std::string error = error_of(overrides);
+    SCOPED_TRACE(overrides.front().first);
+    EXPECT_NE(error.find("ps.local_reduce = "), std::string::npos) << error;
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  }
+  const auto dir = testing::fresh_dir("lr-refused");
+  for (const char* command : {"sim", "run"}) {
+    const auto refused = testing::run_pstwin(std::string(command) + " " + kScenario +
+                                             " -q --set ps.local_reduce=nccl --out " + dir.string());
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("ps.local_reduce"), std::string::npos) << refused.output;
+  }
+}
+
+// A small local-reduce job on the harness: 3 workers on h2 (root 0), 1 alone on h3, one server.
+struct HostJob {
+  explicit HostJob(const Scenario& s)
+      : scenario(s), workload(scenario), checker(scenario, workload), fan({&checker}) {
+    auto& sched = harness.add("scheduler@h0");
+    scheduler = std::make_unique<Scheduler>(sched, scenario, fan);
+    sched.node = scheduler.get();
+    runtimes.push_back(&sched);
+    auto& srv = harness.add("server0@h1", "h1");
+    nodes.push_back(std::make_unique<Server>(NodeContext{srv, scenario, fan, "scheduler@h0"}, 0, workload));
+    srv.node = nodes.back().get();
+    runtimes.push_back(&srv);
+    for (int r = 0; r < scenario.roles.workers; ++r) {
+      const std::string host = scenario.worker_host_name(r);
+      auto& rt = harness.add("worker" + std::to_string(r) + "@" + host, host);
+      nodes.push_back(std::make_unique<Worker>(NodeContext{rt, scenario, fan, "scheduler@h0"}, r, workload));
+      rt.node = nodes.back().get();
+      runtimes.push_back(&rt);
+    }
+  }
+  bool all_stopped() const {
+    return std::ranges::all_of(runtimes, [](const testing::FakeRuntime* rt) { return rt->stopped; });
+  }
+  Scenario scenario;
+  SyntheticWorkload workload;
+  InvariantChecker checker;
+  ObserverFanout fan;
+  testing::Harness harness;
+  std::unique_ptr<Scheduler> scheduler;
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<testing::FakeRuntime*> runtimes;
+};
+
+Scenario host_job_scenario() {
+  return parse_scenario(
+      "name = \"hostjob\"\n[cluster]\nhosts = 4\n[roles]\nservers = 1\nworkers = 4\nserver_hosts = "
+      "[\"h1\"]\nworker_hosts = [\"h2\", \"h2\", \"h2\", \"h3\"]\n[ps]\nlocal_reduce = \"shm\"\n"
+      "partition_bytes = 4096\n[workload]\ntensor_bytes = [8192, 4096]\niterations = 3\n",
+      "local-reduce-test");
+}
+
+Message local_reduce(NodeId from, NodeId to, std::uint64_t key, std::uint32_t iteration, bool response) {
+  Message m;
+  m.header.sender = from;
+  m.header.recipient = to;
+  m.header.command = Command::kLocalReduce;
+  m.header.is_response = response;
+  m.header.key = key;
+  m.header.iteration = iteration;
+  return m;
+}
+
+TEST(LocalReduce, HarnessJobSumsExactlyAndOnlyRootsReachTheServer) {
+  HostJob job(host_job_scenario());
+  for (auto* rt : job.runtimes) rt->node->start();
+  job.harness.run([&] { return job.all_stopped(); });
+  ASSERT_TRUE(job.all_stopped());
+  for (const auto* rt : job.runtimes) EXPECT_TRUE(rt->failure.empty()) << rt->failure;
+  job.checker.finish(true);
+  EXPECT_EQ(job.checker.violation_count(), 0u) << job.checker.violations().front().detail;
+  // Workers 1 and 2 talk only to their root (and the scheduler); 0 and 3 push for their hosts.
+  for (int w = 0; w < 4; ++w) {
+    const auto& sent = job.runtimes[static_cast<std::size_t>(2 + w)]->sent;
+    const bool pushed =
+        std::ranges::any_of(sent, [](const Message& m) { return m.header.command == Command::kPush; });
+    EXPECT_EQ(pushed, w == 0 || w == 3) << "worker " << w;
+  }
+}
+
+TEST(LocalReduce, ForgedLocalReduceMessagesAreIgnoredNotFatal) {
+  HostJob job(host_job_scenario());
+  const std::uint64_t key = job.workload.partitions().front().key;
+  // Once the root pushes, forged requests and answers from everyone who should not send them.
+  for (auto* rt : job.runtimes) rt->node->start();
+  job.harness.run([&] {
+    return std::ranges::any_of(job.runtimes[2]->sent,
+                               [](const Message& m) { return m.header.command == Command::kPush; });
+  });
+  job.harness.deliver("worker0@h2", local_reduce(worker_id(3), worker_id(0), key, 0, false));  // other host
+  job.harness.deliver("worker0@h2", local_reduce(worker_id(1), worker_id(0), 999999, 0, false));  // no key
+  job.harness.deliver("worker0@h2", local_reduce(worker_id(1), worker_id(0), key, 7, false));     // iteration
+  job.harness.deliver("worker1@h2", local_reduce(worker_id(2), worker_id(1), key, 0, false));     // not root
+  job.harness.deliver("worker1@h2", local_reduce(worker_id(2), worker_id(1), key, 0, true));      // not root
+  job.harness.deliver("worker1@h2", local_reduce(worker_id(0), worker_id(1), key, 2, true));   // not staged
+  job.harness.deliver("server0@h1", local_reduce(worker_id(1), server_id(0), key, 0, false));  // server
+  job.harness.run([&] { return job.all_stopped(); });
+  ASSERT_TRUE(job.all_stopped());
+  for (const auto* rt : job.runtimes) EXPECT_TRUE(rt->failure.empty()) << rt->failure;
+  job.checker.finish(true);
+  EXPECT_EQ(job.checker.violation_count(), 0u) << job.checker.violations().front().detail;
+  const auto ignored = [](const testing::FakeRuntime& rt) {
+    return std::ranges::count_if(rt.logs, [](const std::string& line) {
+      return line.find("ignoring local_reduce") != std::string::npos;
+    });
+  };
+  EXPECT_EQ(ignored(*job.runtimes[2]), 3);  // worker 0, the root
+  EXPECT_EQ(ignored(*job.runtimes[3]), 3);  // worker 1
+  EXPECT_EQ(ignored(*job.runtimes[1]), 1);  // the server
+}
+
+}  // namespace
+}  // namespace pstwin
