@@ -14,32 +14,13 @@
 #include <string_view>
 #include <vector>
 
+#include "realnet/launch_inputs.hpp"
 #include "realnet/node_run.hpp"
 #include "realnet/van.hpp"
 #include "report/run_report.hpp"
 #include "scenario/scenario.hpp"
 
 namespace pstwin::realnet {
-
-// A hostfile, a remote shell command or a launch message that cannot be used; what() names the
-// file and line (or the option), the value and a fix. Bad input: exit status 2.
-class LaunchError : public ScenarioError {
- public:
-  using ScenarioError::ScenarioError;
-};
-
-struct LaunchHost {
-  std::string name;     // as the hostfile names it: what {host} becomes in the remote shell command
-  std::string address;  // the IPv4 address its nodes bind and advertise (DMLC_NODE_HOST)
-  int slots = 0;        // at most this many servers, workers and validators on it; 0: no limit
-  int line = 0;         // in the hostfile
-};
-
-// A hostfile: one host a line, `HOST [slots=N] [address=IP]`; `#` starts a comment, blank lines
-// are skipped. Without address=, HOST (less any `user@`) is the address, resolved here if it is a
-// name. A loopback address on a hostfile of several hosts is refused: the other hosts could not
-// reach it. `path` names the file in errors.
-std::vector<LaunchHost> parse_hostfile(std::string_view text, const std::string& path);
 
 // One node of the job and where it runs.
 struct LaunchNode {
@@ -53,17 +34,6 @@ struct LaunchNode {
 // validators dealt round-robin over the hosts in hostfile order, one cycle continuing from role to
 // role, a full host skipped. Throws LaunchError when the slots cannot hold the scenario's nodes.
 std::vector<LaunchNode> place_nodes(const Scenario& scenario, const std::vector<LaunchHost>& hosts);
-
-// What `pstwin launch` writes to a node's stdin and `pstwin node --launched` reads: the line
-// "pstwin-launch 1", a line "env NAME=VALUE" per variable, the line "scenario BYTES" and that many
-// bytes of scenario TOML. The launcher keeps stdin open after it: its end stops the node.
-struct LaunchMessage {
-  std::map<std::string, std::string> env;
-  std::string scenario;  // TOML
-};
-std::string launch_message_text(const LaunchMessage& message);
-// Throws LaunchError naming what is wrong (a node's bad stdin must not look like a crash).
-LaunchMessage read_launch_message(std::istream& in);
 
 // A node's report on its stdout: the line "pstwin-report BYTES", then the report's JSON, so other
 // output around it (the summary line, a remote shell's notices) does no harm.

@@ -164,7 +164,13 @@ std::vector<std::string> check_env_names(const Env& environment) {
     std::string_view best;
     std::size_t best_distance = 3;
     for (const auto candidate : candidates) {
-      const std::size_t distance = upper(candidate) == family_name ? 0 : edit_distance(name, candidate);
+      // Lengths this far apart are no near miss: a name as long as the environment allows costs
+      // nothing then (the distance's table is the product of the lengths).
+      const std::size_t apart =
+          name.size() > candidate.size() ? name.size() - candidate.size() : candidate.size() - name.size();
+      if (apart >= best_distance) continue;
+      const std::size_t distance =
+          upper(candidate) == family_name ? 0 : edit_distance(name, candidate, best_distance - 1);
       if (distance < best_distance) {
         best = candidate;
         best_distance = distance;

@@ -4,21 +4,17 @@
 #include <string>
 
 #include "realnet/ucx_runtime.hpp"
+#include "realnet/van.hpp"
 
 namespace pstwin::realnet {
 
 namespace {
 
 [[noreturn]] void refuse_ucx() {
-  throw std::runtime_error(std::string(ucx_unavailable_reason()));
+  throw std::runtime_error(std::string(van_unavailable(Van::kUcx)));
 }
 
 }  // namespace
-
-std::string_view ucx_unavailable_reason() {
-  return "this pstwin was built without UCX (PSTWIN_UCX=OFF, or pkg-config found no \"ucx\" module): install "
-         "libucx-dev (Debian/Ubuntu) and rebuild, or use --van zmq or --van epoll";
-}
 
 class UcxNodeRuntime::Worker {};
 

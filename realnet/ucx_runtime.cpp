@@ -35,10 +35,6 @@
 
 namespace pstwin::realnet {
 
-std::string_view ucx_unavailable_reason() {
-  return "";
-}
-
 namespace {
 
 constexpr std::size_t kSequenceBytes = 8;

@@ -35,9 +35,6 @@
 
 namespace pstwin::realnet {
 
-// Why the UCX van cannot run in this build ("" when it can): pstwin was built without UCX.
-std::string_view ucx_unavailable_reason();
-
 class UcxNodeRuntime final : public LoopRuntime {
  public:
   // Listens on the bound address before returning; throws BindError if it cannot.

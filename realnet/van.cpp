@@ -6,29 +6,6 @@
 
 namespace pstwin::realnet {
 
-std::string_view van_name(Van van) {
-  switch (van) {
-    case Van::kEpoll:
-      return "epoll";
-    case Van::kUcx:
-      return "ucx";
-    case Van::kZmq:
-      break;
-  }
-  return "zmq";
-}
-
-std::optional<Van> parse_van(std::string_view text) {
-  if (text == "zmq") return Van::kZmq;
-  if (text == "epoll") return Van::kEpoll;
-  if (text == "ucx") return Van::kUcx;
-  return std::nullopt;
-}
-
-std::string_view van_unavailable(Van van) {
-  return van == Van::kUcx ? ucx_unavailable_reason() : std::string_view();
-}
-
 std::unique_ptr<LoopRuntime> make_node_runtime(Van van, LocalHost& host, NodeRuntimeOptions options) {
   switch (van) {
     case Van::kEpoll:

@@ -14,6 +14,7 @@
 
 #include "core/assert.hpp"
 #include "core/digest.hpp"
+#include "core/edit_distance.hpp"
 #include "core/float_sum.hpp"
 #include "core/payload.hpp"
 #include "core/random.hpp"
@@ -56,6 +57,26 @@ TEST(Assertion, HoldsSilentlyAndEvaluatesItsMessageOnlyOnFailure) {
 }
 
 // ---------------------------------------------------------------- Payload
+
+TEST(EditDistance, CountsEditsAndAdjacentTranspositions) {
+  EXPECT_EQ(edit_distance("", ""), 0u);
+  EXPECT_EQ(edit_distance("DMLC_ROLE", "DMLC_ROLE"), 0u);
+  EXPECT_EQ(edit_distance("DMLC_PS_VAN_TYP", "DMLC_PS_VAN_TYPE"), 1u);         // an insertion
+  EXPECT_EQ(edit_distance("BYTEPS_ENALBE_ASYNC", "BYTEPS_ENABLE_ASYNC"), 1u);  // a transposition
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("abc", ""), 3u);
+}
+
+TEST(EditDistance, StopsPastItsLimitWithAValueAboveIt) {
+  const std::string far(100000, 'x');  // a name as long as an environment allows: stops within rows
+  EXPECT_GT(edit_distance(far, "DMLC_PS_VAN_TYPE", 2), 2u);
+  EXPECT_GT(edit_distance("PSTWIN_JOB_TOKEN", "DMLC_PS_ROOT_URI", 2), 2u);
+  // Within the limit the distance is exact.
+  EXPECT_EQ(edit_distance("DMLC_PS_VAN_TYP", "DMLC_PS_VAN_TYPE", 2), 1u);
+  EXPECT_EQ(edit_distance("BYTEPS_ENALBE_ASYNC", "BYTEPS_ENABLE_ASYNC", 2), 1u);
+  EXPECT_EQ(edit_distance("abXcd", "abcd", 1), 1u);
+}
 
 TEST(Payload, BufferIsAlignedAndZeroed) {
   for (std::size_t size : {0, 1, 63, 64, 65, 4096 + 3}) {

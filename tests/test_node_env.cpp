@@ -127,6 +127,8 @@ TEST(NodeEnv, AMisspelledVariableIsRefusedWithTheNameMeant) {
   // A near miss of a variable that is listed as not supported is named the same way.
   EXPECT_NE(name_error_of({{"DMLC_ENABLE_RDM", "1"}}).find("did you mean DMLC_ENABLE_RDMA?"),
             std::string::npos);
+  // A name as long as an environment allows is far from every name pstwin knows: a warning.
+  EXPECT_EQ(check_env_names({{"DMLC_" + std::string(std::size_t{1} << 20, 'X'), "1"}}).size(), 1u);
   // Everything parse_node_env reads passes, and so does what is not of these families.
   env.erase("DMLC_PS_VAN_TYP");
   env["HOME"] = "/root";

@@ -53,7 +53,7 @@ struct NodeOptions {
 };
 
 struct LaunchOptions {
-  std::string hostfile;               // HOST [slots=N] [address=IP] lines (realnet/job_launch.hpp)
+  std::string hostfile;               // HOST [slots=N] [address=IP] lines (realnet/launch_inputs.hpp)
   std::optional<std::uint64_t> seed;  // every node's scenario seed
   std::string out_dir;                // "" = pstwin-out/<scenario name>
   std::string rsh = "ssh -o BatchMode=yes {host}";

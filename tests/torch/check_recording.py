@@ -2,13 +2,16 @@
 """Runs train_fmnist.py as a pstwin.torch job (2 workers, 1 server) with PSTWIN_WORKLOAD_RECORD and
 checks what worker 0 recorded: the model's tensors in layer order with their sizes, the push order
 (backward: last layer first), one entry per iteration with every time present; then runs the scenario
-it wrote through `pstwin sim` and checks the simulator ran those tensors for as many iterations.
-Prints "skipped: REASON" and exits 0 where torch or the data set is missing.
+it wrote through `pstwin sim` and checks the simulator ran those tensors for as many iterations, its
+median iteration within 15 % of the real one's (both over the iterations after the first fifth, the
+warm-up the recorder leaves out too). Prints "skipped: REASON" and exits 0 where torch or the data set
+is missing.
 
 Usage: check_recording.py PSTWIN_BINARY
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,7 +19,8 @@ import tempfile
 from requirements import missing_requirement
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ITERATIONS = 40
+ITERATIONS = 100
+TOLERANCE = 0.15  # |simulated - real| / real, of the steady iterations' median
 # train_fmnist.py's MLP 784-128-64-10, float32: (name, bytes) in layer order.
 TENSORS = [("fc1.weight", 784 * 128 * 4), ("fc1.bias", 128 * 4), ("fc2.weight", 128 * 64 * 4),
            ("fc2.bias", 64 * 4), ("fc3.weight", 64 * 10 * 4), ("fc3.bias", 10 * 4)]
@@ -57,9 +61,17 @@ def main():
         with open(os.path.join(out, "sim", "results.json")) as f:
             results = json.load(f)
         assert results["completed"] and len(results["iterations"]) == ITERATIONS, results["iterations"]
-        real = sorted(it["iteration_s"] for it in recorded["iterations"])[ITERATIONS // 2]
-        print(f"check_recording: ok; median iteration: real {real * 1e3:.2f} ms, "
-              f"simulated {results['mean_iteration_s'] * 1e3:.2f} ms")
+        steady = ITERATIONS // 5
+        real = statistics.median(it["iteration_s"] for it in recorded["iterations"][steady:])
+        simulated = statistics.median(it["time_s"] for it in results["iterations"][steady:])
+        error = (simulated - real) / real
+        print(f"check_recording: median iteration: real {real * 1e3:.2f} ms, simulated {simulated * 1e3:.2f} ms "
+              f"({error * 100:+.1f} %)")
+        if abs(error) > TOLERANCE:
+            sys.exit(f"check_recording: the replay's median iteration is {error * 100:+.1f} % off the real run's "
+                     f"(at most {TOLERANCE * 100:.0f} %); the scenario it replayed:\n"
+                     + open(record + ".toml").read())
+        print("check_recording: ok")
     return 0
 
 

@@ -3,7 +3,9 @@ DistributedOptimizer writes FILE (JSON: the tensors in layer order with their si
 gradients were pushed, and per iteration the forward, per-tensor backward, wait and update times) and
 FILE.toml, a scenario `pstwin sim` runs: the job's roles and partition size, the tensors, the
 iterations' compute (the fastest tenth's, plus a per-worker jitter whose mean is the median) and its
-forward share, with layerwise compute (docs/API.md).
+forward share, with layerwise compute, and the real push_pull path's bandwidth as the hosts' (the
+round trip of the last gradient pushed, from its backward's end to the averages in, when no peer was
+waited for) (docs/API.md).
 """
 import json
 import os
@@ -91,15 +93,35 @@ class WorkloadRecorder:
         iteration = statistics.median(i["iteration_s"] for i in steady)
         share = min(0.95, max(0.05, forward / median)) if median > 0 else 1 / 3
         sizes = ", ".join(str(b) for _, b, _ in self.tensors)
+        bandwidth = self.push_pull_bandwidth(steady)
+        cluster = "" if bandwidth is None else (
+            "\n# The push_pull path's bandwidth, as measured: hook, staging copy, the van, the server's sum\n"
+            "# and the way back to the gradient, per byte of the last gradient pushed and pulled.\n"
+            f"[cluster]\nhost_bandwidth = \"{bandwidth:.0f}Bps\"\n")
         return (f"# Recorded by pstwin.torch (PSTWIN_WORKLOAD_RECORD) from {len(self.iterations)} iterations;\n"
                 f"# the real run's median iteration took {iteration * 1e6:.0f} us.\n"
                 f'name = "recorded"\n'
                 f'description = "a recorded pstwin.torch run: {self.workers} worker(s), {self.servers} server(s)"\n'
-                f"\n[roles]\nworkers = {self.workers}\nservers = {self.servers}\n"
+                f"\n[roles]\nworkers = {self.workers}\nservers = {self.servers}\n{cluster}"
                 f"\n[ps]\nmode = \"sync\"\npartition_bytes = {self.partition_bytes}\n"
                 f"\n[workload]\ntensor_bytes = [{sizes}]\ncompute = \"{compute * 1e6:.0f}us\"\n"
                 f"layerwise = true\nforward_share = {share:.3f}\niterations = {max(1, len(self.iterations))}\n"
                 f"\n[perturbation]\ncompute_jitter = \"{jitter * 1e6:.0f}us\"\n")
+
+    def push_pull_bandwidth(self, steady):
+        """Bytes per second of the real push_pull path, or None without a push: the last gradient's push
+        leaves at its backward's end, and the iteration waits from there until every average is in
+        (its tail: the rest of backward() and step()'s wait, the iteration less its compute and update).
+        The fastest tenth's tail is that gradient's round trip, pushed and pulled, with no slower peer
+        to wait for (the simulator adds that wait from the compute jitter); per byte moved both ways,
+        it is what the simulator's hosts carry."""
+        if not self.push_order:
+            return None
+        sizes = {name: size for name, size, _ in self.tensors}
+        tails = sorted(i["iteration_s"] - i["compute_s"] - i["update_s"] for i in steady)
+        tail = tails[len(tails) // 10]
+        moved = 2 * sizes.get(self.push_order[-1], 0)
+        return moved / tail if tail > 0 and moved > 0 else None
 
 
 def recorder_from_environment(tensors, rank, workers, servers, partition_bytes):
