@@ -299,11 +299,11 @@ TEST(Cli, NodeRefusesMisspelledAndUnsupportedVariables) {
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
   }
   // An ignored variable is a warning; here the bad role then stops the node.
-  const auto r = run_shell(worker + "DMLC_INTERFACE=eth0 DMLC_ROLE=wroker " + PSTWIN_BINARY +
+  const auto r = run_shell(worker + "BYTEPS_SCHEDULING_CREDIT=8 DMLC_ROLE=wroker " + PSTWIN_BINARY +
                            " node scenarios/quickstart.toml");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("pstwin node: warning: DMLC_INTERFACE=\"eth0\" is not supported yet (use "
-                          "DMLC_NODE_HOST); ignored"),
+  EXPECT_NE(r.output.find("pstwin node: warning: BYTEPS_SCHEDULING_CREDIT=\"8\" is not supported yet (use "
+                          "--set ps.scheduling_credit=N); ignored"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("DMLC_ROLE=\"wroker\""), std::string::npos) << r.output;
