@@ -172,9 +172,12 @@ std::string format_seconds(double seconds) {
 }
 
 std::string watch_children(std::vector<std::unique_ptr<JobChild>>& children, const LauncherSignals& signals,
-                           std::chrono::steady_clock::time_point deadline, double timeout_s,
+                           std::chrono::steady_clock::time_point start, double timeout_s,
                            const ChildWatch& watch) {
   using Clock = std::chrono::steady_clock;
+  watch.log("time limit " + format_seconds(timeout_s) + " (run.time_limit)");
+  const auto deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   std::string failure;
   // The job ends early: the nodes still running are told to stop, so each writes what it completed
   // (iterations, checks) and results.json has it; one that does not stop in time is killed.

@@ -100,12 +100,12 @@ struct ChildWatch {
   std::function<void()> on_signal;
 };
 
-// Waits until every child ended, one failed or `deadline` passed (`timeout_s` after the start, for
-// the message); then asks the others to stop and kills those still running kStopGrace later. A child
-// failed: an exit status but 0, unless 1 with a completed report (it saw violations) or it crashed by
-// faults.crashes (the scheduler decides what follows). Returns the job's failure, "" if none.
+// Logs the time limit, then waits until every child ended, one failed or `timeout_s` (run.time_limit,
+// wall clock) passed since `start`; then asks the others to stop and kills those still running kStopGrace
+// later. A child failed: an exit status but 0, unless 1 with a completed report (it saw violations) or it
+// crashed by faults.crashes (the scheduler decides what follows). Returns the job's failure, "" if none.
 std::string watch_children(std::vector<std::unique_ptr<JobChild>>& children, const LauncherSignals& signals,
-                           std::chrono::steady_clock::time_point deadline, double timeout_s,
+                           std::chrono::steady_clock::time_point start, double timeout_s,
                            const ChildWatch& watch);
 
 // The report a node wrote with --report to `path`; nullopt if there is none or it does not parse.

@@ -241,10 +241,6 @@ RunReport launch_job(const Scenario& sc, const JobLaunchOptions& options) {
         ")");
   }
 
-  const double timeout_s = sc.run.time_limit_s;
-  log("time limit " + format_seconds(timeout_s) + " (run.time_limit)");
-  const auto deadline =
-      wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   auto exit_on_signal = [&] {
     const int sig = signals.caught();
     for (auto& child : children) child->kill();  // each remote node sees its stdin end and stops
@@ -264,7 +260,7 @@ RunReport launch_job(const Scenario& sc, const JobLaunchOptions& options) {
   watch.ask_to_stop = [&](std::size_t i) { stdins[i]->close_write(); };
   watch.log = log;
   watch.on_signal = exit_on_signal;
-  std::string failure = watch_children(children, signals, deadline, timeout_s, watch);
+  std::string failure = watch_children(children, signals, wall_start, sc.run.time_limit_s, watch);
   if (signals.caught() != 0) exit_on_signal();
 
   std::vector<NodePart> parts;

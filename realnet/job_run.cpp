@@ -281,11 +281,6 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     log("started " + spec.name + " (pid " + std::to_string(children.back()->pid()) + ")");
   }
 
-  // run.time_limit, wall clock, as every node's own limit (sim.max_time is simulated time).
-  const double timeout_s = sc.run.time_limit_s;
-  log("time limit " + format_seconds(timeout_s) + " (run.time_limit)");
-  const auto deadline =
-      wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   // SIGINT/SIGTERM to the launcher: every node killed, everything made removed, exit 128 + signal.
   auto exit_on_signal = [&] {
     const int sig = signals.caught();
@@ -312,7 +307,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     };
   watch.log = log;
   watch.on_signal = exit_on_signal;
-  std::string failure = watch_children(children, signals, deadline, timeout_s, watch);
+  std::string failure = watch_children(children, signals, wall_start, sc.run.time_limit_s, watch);
   if (signals.caught() != 0) exit_on_signal();  // while the nodes were stopping: no longer waited for
   children.clear();
   const double job_s = std::chrono::duration<double>(Clock::now() - spawn_start).count();

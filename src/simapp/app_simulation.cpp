@@ -121,6 +121,8 @@ AppRun run_app_simulation(const Scenario& sc, const AppOptions& options,
   if (sc.roles.validators > 0)
     throw ScenarioError("roles.validators = " + std::to_string(sc.roles.validators) +
                         ": a ps-lite application has a scheduler, servers and workers only; set it to 0");
+  // The driver's own wall time, for results.json's wall_s only (as run_simulation's): nothing simulated reads
+  // it.
   const auto wall_start = std::chrono::steady_clock::now();
   set_assertion_context("replay: " + options.replay);
   int argc = 3;
