@@ -51,7 +51,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   auto& scheduler = add("scheduler");
   // With ps.resend each protocol node sits behind a Resender (ps/resend.hpp), as in the simulator.
   scheduler.attach(with_resend(scheduler, sc, "scheduler", [&](Runtime& rt) {
-    return roles.make(Role::kScheduler, 0, NodeContext{rt, sc, observer, ""});
+    return roles.make(Role::kScheduler, 0, rt, observer, "");
   }));
   const std::string scheduler_address = scheduler.local_address();
   auto add_role = [&](Role role, int count) {
@@ -59,7 +59,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
       auto& node = add(std::string(role_name(role)) + " " + std::to_string(r));
       if (role == Role::kWorker) workers.push_back(&node);
       node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
-        return roles.make(role, r, NodeContext{rt, sc, observer, scheduler_address});
+        return roles.make(role, r, rt, observer, scheduler_address);
       }));
     }
   };

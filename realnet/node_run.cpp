@@ -329,7 +329,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                   : -1;
   // With ps.resend the protocol sits behind a Resender (ps/resend.hpp), as in the simulator.
   std::unique_ptr<Node> protocol = with_resend(rt, sc, label, [&](Runtime& r) {
-    return roles.make(env.role, rank, NodeContext{r, sc, observer, env.scheduler_address()});
+    return roles.make(env.role, rank, r, observer, env.scheduler_address());
   });
   auto counter = std::make_unique<ReceiveCounter>(std::move(protocol));
   const ReceiveCounter& received = *counter;

@@ -160,7 +160,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   const std::string scheduler_address = "scheduler@" + scheduler_host;
   auto& scheduler = cluster.add_node("scheduler", scheduler_address, scheduler_host);
   scheduler.attach(with_resend(scheduler, sc, "scheduler", [&](Runtime& rt) {
-    return roles.make(Role::kScheduler, 0, NodeContext{rt, sc, observer, scheduler_address});
+    return roles.make(Role::kScheduler, 0, rt, observer, "");
   }));
   std::vector<SimNode*> started{&scheduler};
   // One node per rank of a role, on the host the scenario places it.
@@ -170,7 +170,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
       const auto host = (sc.*host_of)(r);
       auto& node = cluster.add_node(name + " " + std::to_string(r), address_of(name, r, host), host);
       node.attach(with_resend(node, sc, node.label(), [&](Runtime& rt) {
-        return roles.make(role, r, NodeContext{rt, sc, observer, scheduler_address});
+        return roles.make(role, r, rt, observer, scheduler_address);
       }));
       started.push_back(&node);
     }

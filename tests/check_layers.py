@@ -3,7 +3,9 @@
 src/CMakeLists.txt and docs/ARCHITECTURE.md. An include that crosses a layer the wrong way compiles (one
 include root serves every layer) and may even link, so this check is what holds the line.
 
-Usage: check_layers.py SOURCE_DIR   (exit 1 and one line per offending #include)
+It also holds the roles to their option structs: ROLE_FILES may not name Scenario.
+
+Usage: check_layers.py SOURCE_DIR   (exit 1 and one line per offending #include or role line)
 """
 import pathlib
 import re
@@ -33,6 +35,12 @@ ALLOWED["simapp"] = ALLOWED["pslite"] | {"sim", "simapp"}
 ALLOWED["torch"] = {"torch"}
 ALLOWED["cli"] = set(ALLOWED) | {"cli"}
 ZENO_RULES = {"rules", "attacks", "vector_math", "config_support"}
+# The protocol roles and the parts they build take option structs (src/ps/role_options.hpp), made from
+# the scenario at the edge (zeno/roles.cpp); none of them may take or keep the whole Scenario.
+ROLE_FILES = [f"src/{name}.{ext}" for name in ("ps/ps_node", "ps/scheduler", "ps/server", "ps/worker",
+                                                 "ps/aggregator", "ps/lb_intake", "ps/host_reduce",
+                                                 "ps/kv_client", "zeno/validator", "pslite/app_node")
+              for ext in ("hpp", "cpp")]
 
 
 def layer_of(include: str) -> str | None:
@@ -71,9 +79,14 @@ def main() -> int:
             if target is not None and target not in ALLOWED[layer]:
                 offences.append(f"{path.relative_to(root)}:{number}: layer {layer} includes {match.group(1)} "
                                 f"(layer {target}), which is above it or beside it")
+    for rel in ROLE_FILES:
+        for number, line in enumerate((root / rel).read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\bScenario\b", line.split("//")[0]):
+                offences.append(f"{rel}:{number}: a role names Scenario: give it an option struct "
+                                f"(src/ps/role_options.hpp) built in zeno/roles.cpp instead")
     for offence in offences:
         print(offence)
-    print(f"layers: {len(files)} files checked, {len(offences)} offending include(s)")
+    print(f"layers: {len(files)} files checked, {len(offences)} offending include(s) or role(s)")
     return 1 if offences else 0
 
 

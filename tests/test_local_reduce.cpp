@@ -20,6 +20,7 @@
 #include "report/run_recorder.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
+#include "zeno/roles.hpp"
 
 namespace pstwin {
 namespace {
@@ -184,19 +185,23 @@ TEST(LocalReduce, RefusalsNameTheFieldAndExitTwo) {
 // A small local-reduce job on the harness: 3 workers on h2 (root 0), 1 alone on h3, one server.
 struct HostJob {
   explicit HostJob(const Scenario& s)
-      : scenario(s), workload(scenario), checker(scenario, workload), fan({&checker}) {
+      : scenario(s),
+        roles(scenario),
+        workload(roles.workload()),
+        checker(scenario, workload),
+        fan({&checker}) {
     auto& sched = harness.add("scheduler@h0");
-    scheduler = std::make_unique<Scheduler>(sched, scenario, fan);
+    scheduler = roles.make(Role::kScheduler, 0, sched, fan, "");
     sched.node = scheduler.get();
     runtimes.push_back(&sched);
     auto& srv = harness.add("server0@h1", "h1");
-    nodes.push_back(std::make_unique<Server>(NodeContext{srv, scenario, fan, "scheduler@h0"}, 0, workload));
+    nodes.push_back(roles.make(Role::kServer, 0, srv, fan, "scheduler@h0"));
     srv.node = nodes.back().get();
     runtimes.push_back(&srv);
     for (int r = 0; r < scenario.roles.workers; ++r) {
       const std::string host = scenario.worker_host_name(r);
       auto& rt = harness.add("worker" + std::to_string(r) + "@" + host, host);
-      nodes.push_back(std::make_unique<Worker>(NodeContext{rt, scenario, fan, "scheduler@h0"}, r, workload));
+      nodes.push_back(roles.make(Role::kWorker, r, rt, fan, "scheduler@h0"));
       rt.node = nodes.back().get();
       runtimes.push_back(&rt);
     }
@@ -205,11 +210,12 @@ struct HostJob {
     return std::ranges::all_of(runtimes, [](const testing::FakeRuntime* rt) { return rt->stopped; });
   }
   Scenario scenario;
-  SyntheticWorkload workload;
+  zeno::JobRoles roles;
+  const SyntheticWorkload& workload;
   InvariantChecker checker;
   ObserverFanout fan;
   testing::Harness harness;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Node> scheduler;
   std::vector<std::unique_ptr<Node>> nodes;
   std::vector<testing::FakeRuntime*> runtimes;
 };

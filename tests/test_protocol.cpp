@@ -10,6 +10,7 @@
 #include "ps/scheduler.hpp"
 #include "ps/server.hpp"
 #include "ps/worker.hpp"
+#include "zeno/roles.hpp"
 
 namespace pstwin {
 namespace {
@@ -75,20 +76,24 @@ Scenario small_scenario(std::string_view mode = "sync", int servers = 2, int wor
 // A whole job on the harness: scheduler, servers, workers, and the invariant checker.
 struct Job {
   explicit Job(const Scenario& s)
-      : scenario(s), workload(scenario), checker(scenario, workload), fan({&checker, &log}) {
+      : scenario(s),
+        roles(scenario),
+        workload(roles.workload()),
+        checker(scenario, workload),
+        fan({&checker, &log}) {
     auto& sched_rt = harness.add("scheduler@h0");
-    scheduler = std::make_unique<Scheduler>(sched_rt, scenario, fan);
+    scheduler = roles.make(Role::kScheduler, 0, sched_rt, fan, "");
     sched_rt.node = scheduler.get();
     runtimes.push_back(&sched_rt);
     for (int r = 0; r < scenario.roles.servers; ++r) {
       auto& rt = harness.add("server" + std::to_string(r) + "@h1", "h1");
-      nodes.push_back(std::make_unique<Server>(NodeContext{rt, scenario, fan, "scheduler@h0"}, r, workload));
+      nodes.push_back(roles.make(Role::kServer, r, rt, fan, "scheduler@h0"));
       rt.node = nodes.back().get();
       runtimes.push_back(&rt);
     }
     for (int r = 0; r < scenario.roles.workers; ++r) {
       auto& rt = harness.add("worker" + std::to_string(r) + "@h2", "h2");
-      nodes.push_back(std::make_unique<Worker>(NodeContext{rt, scenario, fan, "scheduler@h0"}, r, workload));
+      nodes.push_back(roles.make(Role::kWorker, r, rt, fan, "scheduler@h0"));
       rt.node = nodes.back().get();
       runtimes.push_back(&rt);
     }
@@ -100,12 +105,13 @@ struct Job {
     return std::all_of(runtimes.begin(), runtimes.end(), [](const FakeRuntime* rt) { return rt->stopped; });
   }
   Scenario scenario;
-  SyntheticWorkload workload;
+  zeno::JobRoles roles;
+  const SyntheticWorkload& workload;
   InvariantChecker checker;
   EventLog log;
   ObserverFanout fan;
   Harness harness;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Node> scheduler;
   std::vector<std::unique_ptr<Node>> nodes;
   std::vector<FakeRuntime*> runtimes;
 };
@@ -179,7 +185,7 @@ TEST(Protocol, RanksWithoutRequestFollowAddressOrderNotArrival) {
   EventLog log;
   Harness harness;
   auto& sched_rt = harness.add("scheduler@h0");
-  Scheduler scheduler(sched_rt, s, log);
+  Scheduler scheduler(sched_rt, scheduler_options(s), log);
   sched_rt.node = &scheduler;
   scheduler.start();
   // Registrations arrive in reverse address order, none asking for a rank.
@@ -200,7 +206,7 @@ TEST(Protocol, DuplicateWorkerRankFailsNamingTheVariable) {
   EventLog log;
   Harness harness;
   auto& sched_rt = harness.add("scheduler@h0");
-  Scheduler scheduler(sched_rt, s, log);
+  Scheduler scheduler(sched_rt, scheduler_options(s), log);
   sched_rt.node = &scheduler;
   scheduler.start();
   for (std::string address : {"w1@h1", "w2@h2"}) register_as(harness.add(address), Role::kWorker, 0);
@@ -214,7 +220,7 @@ TEST(Protocol, MalformedRegistrationIsRejectedNotFatal) {
   EventLog log;
   Harness harness;
   auto& sched_rt = harness.add("scheduler@h0");
-  Scheduler scheduler(sched_rt, s, log);
+  Scheduler scheduler(sched_rt, scheduler_options(s), log);
   sched_rt.node = &scheduler;
   scheduler.start();
   auto& rt = harness.add("x@h1");
@@ -234,12 +240,13 @@ TEST(Protocol, MalformedRegistrationIsRejectedNotFatal) {
 TEST(Protocol, UnreachableSchedulerIsReportedWithinTheConnectTimeout) {
   Scenario s = small_scenario("sync", 1, 1);
   s.ps.connect_timeout_s = 3;
-  SyntheticWorkload workload(s);
   EventLog log;
   Harness harness;
   harness.unreachable.push_back("scheduler@10.0.0.1:1234");
   auto& rt = harness.add("worker0@h1", "h1");
-  Worker worker(NodeContext{rt, s, log, "scheduler@10.0.0.1:1234"}, 0, workload);
+  const zeno::JobRoles roles(s);
+  Worker worker(NodeContext{rt, log, "scheduler@10.0.0.1:1234", control_options(s)}, 0, worker_options(s),
+                roles.shape());
   rt.node = &worker;
   worker.start();
   harness.run([&] { return rt.stopped; });
@@ -337,11 +344,12 @@ struct ServerAndPuppets {
   };
   ServerAndPuppets(int workers, int group)
       : scenario(small_scenario("sync", 1, workers)),
-        workload(scenario),
+        roles(scenario),
         sched_rt(harness.add("scheduler@h0")),
-        scheduler(sched_rt, scenario, log),
+        scheduler(sched_rt, scheduler_options(scenario), log),
         server_rt(harness.add("server0@h1", "h1")),
-        server(NodeContext{server_rt, scenario, log, "scheduler@h0"}, 0, workload) {
+        server(NodeContext{server_rt, log, "scheduler@h0", control_options(scenario)}, 0,
+               server_options(scenario), roles.shape()) {
     sched_rt.node = &scheduler;
     server_rt.node = &server;
     for (int r = 0; r < workers; ++r) {
@@ -356,7 +364,7 @@ struct ServerAndPuppets {
     for (auto& puppet : puppets) puppet->start();
   }
   Scenario scenario;
-  SyntheticWorkload workload;
+  zeno::JobRoles roles;
   EventLog log;
   Harness harness;
   FakeRuntime& sched_rt;
@@ -371,7 +379,7 @@ TEST(Protocol, SecondPushInOneRoundIsRefusedAndReported) {
   ServerAndPuppets job(2, kAllGroups);
   auto& log = job.log;
   auto& harness = job.harness;
-  auto& workload = job.workload;
+  auto& workload = job.roles.workload();
   FakeRuntime& worker0 = job.puppets[0]->rt;
   job.start();
   harness.run({}, 0.5);
@@ -524,8 +532,9 @@ TEST(Protocol, RegistrationWithAnotherScenarioIsRefusedNamingDigestsAndFields) {
   other.ps.partition_bytes = 8192;
   auto& stranger_rt = job.harness.add("stranger@h3", "h3");
   EventLog log;
-  const SyntheticWorkload other_workload(other);
-  Worker stranger(NodeContext{stranger_rt, other, log, "scheduler@h0"}, 0, other_workload);
+  const zeno::JobRoles other_roles(other);
+  Worker stranger(NodeContext{stranger_rt, log, "scheduler@h0", control_options(other)}, 0,
+                  worker_options(other), other_roles.shape());
   stranger_rt.node = &stranger;
   job.runtimes[0]->node->start();
   stranger.start();

@@ -9,17 +9,16 @@
 
 namespace pstwin {
 
-Aggregator::Aggregator(Runtime& runtime, const Scenario& scenario, RunObserver& observer,
-                       const SyntheticWorkload& workload, const UpdateRule& rule, Executor& engine,
-                       std::string name)
+Aggregator::Aggregator(Runtime& runtime, AggregatorOptions options, RunObserver& observer,
+                       const JobShape& job, const UpdateRule& rule, Executor& engine, std::string name)
     : rt_(runtime),
-      scenario_(scenario),
+      options_(std::move(options)),
       observer_(observer),
-      workload_(workload),
+      workload_(job.workload),
       rule_(rule),
-      sync_(scenario.ps.mode == TrainingMode::kSync),
-      plan_(scenario, workload),
-      groups_(scenario),
+      sync_(options_.sync),
+      plan_(job.plan),
+      groups_(job.groups),
       engine_(engine),
       name_(std::move(name)),
       lane_bytes_(static_cast<std::size_t>(engine.lanes()), 0) {}
@@ -69,7 +68,7 @@ void Aggregator::reply(const Message& request, Payload payload) {
 }
 
 ComputeCost Aggregator::sum_cost(std::uint64_t bytes) const {
-  return {static_cast<double>(bytes) / scenario_.workload.sum_bandwidth_Bps, 0};
+  return {static_cast<double>(bytes) / options_.sum_bandwidth_Bps, 0};
 }
 
 KeyState& Aggregator::key_state(std::uint64_t key, std::uint64_t bytes) {
@@ -123,7 +122,7 @@ void Aggregator::sync_push(Message message) {
       reply(message);
       return;
     }
-  } else if (scenario_.ps.backup_workers > 0 &&
+  } else if (options_.backup_workers > 0 &&
              std::ranges::find(round.contributors, rank) == round.contributors.end() &&
              (round.complete ||
               static_cast<int>(round.contributors.size()) >= expected_inputs(key, round, iteration))) {
@@ -161,8 +160,7 @@ void Aggregator::sync_push(Message message) {
     // The lane owns `round.sum` while folding: nothing else touches it until `done` runs.
     work = [this, &round, input] { rule_.fold(round, input); };
   } else {
-    round.inputs.resize(
-        static_cast<std::size_t>(from_validator ? scenario_.roles.validators : workload_.workers()));
+    round.inputs.resize(static_cast<std::size_t>(from_validator ? options_.validators : workload_.workers()));
     round.inputs.at(static_cast<std::size_t>(rank)) = input;
     // The last input's task runs after every earlier one of this key (same lane, FIFO): it applies the
     // round and snapshots the aggregate the round's pulls return.
@@ -195,7 +193,7 @@ void Aggregator::sync_push(Message message) {
 }
 
 int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint32_t iteration) const {
-  if (rule_.input_role() == Role::kValidator) return scenario_.roles.validators;
+  if (rule_.input_role() == Role::kValidator) return options_.validators;
   const int tensor = workload_.partition(key).tensor;
   int expected = groups_.active() ? groups_.pushers() : plan_.pushers(iteration, tensor);
   for (int lost : lost_)
@@ -203,7 +201,7 @@ int Aggregator::expected_inputs(std::uint64_t key, const Round& round, std::uint
         std::ranges::find(round.contributors, lost) == round.contributors.end())
       --expected;
   // ps.backup_workers: the first pushes complete the round, at least one.
-  return std::max(std::min(expected, 1), expected - scenario_.ps.backup_workers);
+  return std::max(std::min(expected, 1), expected - options_.backup_workers);
 }
 
 void Aggregator::mark_absent(std::uint64_t key, Round& round, std::uint32_t iteration) const {
@@ -251,8 +249,7 @@ void Aggregator::worker_lost(int rank) {
 }
 
 bool Aggregator::all_pulled(const Round& round) const {
-  return round.pulls_answered ==
-         groups_.pushers() - static_cast<int>(lost_.size()) + scenario_.roles.validators;
+  return round.pulls_answered == groups_.pushers() - static_cast<int>(lost_.size()) + options_.validators;
 }
 
 void Aggregator::count_pull(const Message& request, Round& round, std::uint64_t key,
@@ -260,7 +257,7 @@ void Aggregator::count_pull(const Message& request, Round& round, std::uint64_t 
   if (const NodeId sender = request.header.sender; role_of(sender) == Role::kWorker) {
     const int rank = rank_of(sender);
     if (lost_.contains(rank)) return;  // answered, but freeing the round waits for the live ones
-    if (scenario_.ps.continues_on_worker_loss()) {
+    if (options_.continues_on_worker_loss) {
       round.pulled_by.resize(static_cast<std::size_t>(workload_.workers()));
       round.pulled_by.at(static_cast<std::size_t>(rank)) = true;
     }
@@ -334,9 +331,9 @@ void Aggregator::forward_for_judgement(Message message) {
   Message candidate{message.header, Payload{}};
   candidate.header.app_id = kCandidateApp;
   candidate.header.customer_id = static_cast<std::uint16_t>(worker);
-  candidate.header.recipient = validator_id(worker % scenario_.roles.validators);
+  candidate.header.recipient = validator_id(worker % options_.validators);
   candidate.header.command = Command::kPush;
-  const int copies = scenario_.zeno.duplicate_candidates ? 2 : 1;
+  const int copies = options_.duplicate_candidates ? 2 : 1;
   for (int c = 0; c < copies; ++c) {
     Message copy{candidate.header, message.payload};
     rt_.send(std::move(copy));
@@ -404,7 +401,7 @@ void Aggregator::async_push(Message message) {
     observer_.push_applied(rt_.self(), worker, key, iteration);
     reply(request, snapshot ? std::move(*snapshot) : Payload{});
   };
-  const double snapshot_s = snapshot ? static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps : 0;
+  const double snapshot_s = snapshot ? static_cast<double>(bytes) / options_.copy_bandwidth_Bps : 0;
   engine_.submit_tagged(state.lane, "aggregate", {sum_cost(bytes).seconds + snapshot_s, 0}, std::move(work),
                         std::move(done), SpanTags{key, iteration, worker, {}, bytes});
 }
@@ -412,7 +409,7 @@ void Aggregator::async_push(Message message) {
 // A key's version counts the pushes admitted to it; the lane applies them and takes pull snapshots
 // in arrival order, so a pull returns exactly the versions admitted before it arrived.
 bool Aggregator::admit_by_staleness(Message& message, KeyState& state) {
-  const int bound = scenario_.ps.max_staleness;
+  const int bound = options_.max_staleness;
   if (bound == 0) return true;
   const auto key = message.header.key;
   const int worker = rank_of(message.header.sender);
@@ -437,7 +434,7 @@ void Aggregator::async_pull(Message message) {
   const auto key = message.header.key;
   const auto bytes = workload_.partition(key).bytes;
   auto& state = key_state(key, bytes);
-  if (scenario_.ps.max_staleness > 0 && role_of(message.header.sender) == Role::kWorker)
+  if (options_.max_staleness > 0 && role_of(message.header.sender) == Role::kWorker)
     pulled_version_[{key, rank_of(message.header.sender)}] = state.version;
   // Later pushes keep changing the store, so a pull takes a snapshot on the key's lane.
   auto snapshot = std::make_shared<Payload>();
@@ -449,9 +446,8 @@ void Aggregator::async_pull(Message message) {
     *snapshot = Payload::copy_of(state.store->bytes());
   };
   auto done = [this, request = std::move(message), snapshot] { reply(request, *snapshot); };
-  engine_.submit(state.lane, "snapshot",
-                 {static_cast<double>(bytes) / scenario_.staging.copy_bandwidth_Bps, 0}, std::move(work),
-                 std::move(done));
+  engine_.submit(state.lane, "snapshot", {static_cast<double>(bytes) / options_.copy_bandwidth_Bps, 0},
+                 std::move(work), std::move(done));
 }
 
 void Aggregator::report_final_stores() const {

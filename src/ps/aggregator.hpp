@@ -27,19 +27,19 @@
 #include "core/runtime.hpp"
 #include "ps/host_groups.hpp"
 #include "ps/observer.hpp"
+#include "ps/role_options.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/update_rule.hpp"
 #include "ps/workload.hpp"
-#include "scenario/scenario.hpp"
 
 namespace pstwin {
 
 class Aggregator {
  public:
-  // `name` ("server 1", "worker aggregator 2") starts failure texts; `rule`, `engine` and `workload` must
+  // `name` ("server 1", "worker aggregator 2") starts failure texts; `job`, `rule` and `engine` must
   // outlive the aggregator.
-  Aggregator(Runtime& runtime, const Scenario& scenario, RunObserver& observer,
-             const SyntheticWorkload& workload, const UpdateRule& rule, Executor& engine, std::string name);
+  Aggregator(Runtime& runtime, AggregatorOptions options, RunObserver& observer, const JobShape& job,
+             const UpdateRule& rule, Executor& engine, std::string name);
 
   // A push, push_pull or pull request, from a worker or a validator.
   void handle(Message request);
@@ -90,13 +90,13 @@ class Aggregator {
   bool admit_by_staleness(Message& message, KeyState& state);
 
   Runtime& rt_;
-  const Scenario& scenario_;
+  const AggregatorOptions options_;
   RunObserver& observer_;
   const SyntheticWorkload& workload_;
   const UpdateRule& rule_;
   const bool sync_;
-  RoundPlan plan_;     // train.participation / train.drop_rate: the pushes each sync round gets
-  HostGroups groups_;  // ps.local_reduce: only each host's root pushes and pulls, for its host
+  const RoundPlan& plan_;     // train.participation / train.drop_rate: the pushes each sync round gets
+  const HostGroups& groups_;  // ps.local_reduce: only each host's root pushes and pulls, for its host
   Executor& engine_;
   std::string name_;
   std::vector<std::uint64_t> lane_bytes_;

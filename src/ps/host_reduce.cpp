@@ -9,29 +9,28 @@
 
 namespace pstwin {
 
-HostReduce::HostReduce(Runtime& runtime, const Scenario& scenario, const SyntheticWorkload& workload,
+HostReduce::HostReduce(Runtime& runtime, HostReduceOptions options, const SyntheticWorkload& workload,
                        const HostGroups& groups, int rank, Executor& copy_stage, Executor& reduce_stage,
                        Hooks hooks)
     : rt_(runtime),
-      scenario_(scenario),
+      options_(std::move(options)),
       workload_(workload),
       groups_(groups),
       rank_(rank),
       root_(groups.root_of(rank)),
       copy_stage_(copy_stage),
       reduce_stage_(reduce_stage),
-      hooks_(std::move(hooks)),
-      phantom_(scenario.workload.payload == PayloadMode::kPhantom) {
+      hooks_(std::move(hooks)) {
   PSTWIN_ASSERT(groups.members(root_).size() > 1, "a host reduce for a worker alone on its host");
 }
 
 std::string HostReduce::input_name(int rank, std::uint64_t key) const {
-  return "pstwin_" + scenario_.staging.job + "_hostreduce_in_" + std::to_string(rank) + "_" +
+  return "pstwin_" + options_.staging_job + "_hostreduce_in_" + std::to_string(rank) + "_" +
          std::to_string(key);
 }
 
 std::string HostReduce::aggregate_name(std::uint64_t key) const {
-  return "pstwin_" + scenario_.staging.job + "_hostreduce_out_" + std::to_string(root_) + "_" +
+  return "pstwin_" + options_.staging_job + "_hostreduce_out_" + std::to_string(root_) + "_" +
          std::to_string(key);
 }
 
@@ -42,7 +41,7 @@ std::shared_ptr<ByteBuffer> HostReduce::buffer(const std::string& name, std::uin
 }
 
 Seconds HostReduce::intra_host_seconds(std::uint64_t bytes) const {
-  return static_cast<double>(bytes) / scenario_.cluster.intra_host_bandwidth_Bps;
+  return static_cast<double>(bytes) / options_.intra_host_bandwidth_Bps;
 }
 
 const PartitionSpec* HostReduce::find_partition(std::uint64_t key) const {
@@ -62,7 +61,7 @@ void HostReduce::ignore(const Message& message, const std::string& why) {
 
 void HostReduce::stage(const PartitionSpec& partition, std::uint32_t iteration) {
   const std::string name = input_name(rank_, partition.key);
-  auto region = phantom_ ? nullptr : buffer(name, partition.bytes);
+  auto region = options_.phantom ? nullptr : buffer(name, partition.bytes);
   const PartitionSpec* spec = &partition;
   auto copy_in = [this, region, spec, iteration] {
     if (region) hooks_.fill(*spec, iteration, region->floats());
@@ -81,7 +80,7 @@ void HostReduce::stage(const PartitionSpec& partition, std::uint32_t iteration) 
     ready.header.iteration = iteration;
     rt_.send(std::move(ready));
   };
-  const ComputeCost cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
+  const ComputeCost cost{static_cast<double>(partition.bytes) / options_.copy_bandwidth_Bps, 0};
   copy_stage_.submit_tagged(0, "copy", cost, std::move(copy_in), std::move(staged),
                             SpanTags{partition.key, iteration, rank_, name, partition.bytes});
 }
@@ -89,7 +88,7 @@ void HostReduce::stage(const PartitionSpec& partition, std::uint32_t iteration) 
 void HostReduce::on_message(const Message& message) {
   const NodeId sender = message.header.sender;
   const int rank = rank_of(sender);
-  if (role_of(sender) != Role::kWorker || rank < 0 || rank >= scenario_.roles.workers ||
+  if (role_of(sender) != Role::kWorker || rank < 0 || rank >= options_.workers ||
       groups_.root_of(rank) != root_ || rank == rank_) {
     ignore(message, "not another worker of this host");
     return;
@@ -111,7 +110,7 @@ void HostReduce::on_ready(const Message& request) {
     return;
   }
   const std::uint32_t iteration = request.header.iteration;
-  if (static_cast<int>(iteration) >= scenario_.workload.iterations ||
+  if (static_cast<int>(iteration) >= options_.iterations ||
       (iteration != iteration_ && iteration != iteration_ + 1)) {
     ignore(request, "this worker runs iteration " + std::to_string(iteration_));
     return;
@@ -134,7 +133,7 @@ void HostReduce::reduce_if_complete(const PartitionSpec& partition, std::uint32_
   const std::string name = input_name(rank_, partition.key);
   std::shared_ptr<ByteBuffer> sum;
   std::vector<std::shared_ptr<ByteBuffer>> inputs;  // the others' partitions, by rank
-  if (!phantom_) {
+  if (!options_.phantom) {
     sum = buffer(name, partition.bytes);
     for (const int member : members.subspan(1))
       inputs.push_back(buffer(input_name(member, partition.key), partition.bytes));
@@ -207,7 +206,7 @@ void HostReduce::on_aggregate(const Message& response) {
   awaiting_.erase(it);
   const PartitionSpec* partition = find_partition(key);
   PSTWIN_ASSERT(partition != nullptr, "a staged partition without a spec");
-  auto in = phantom_ ? nullptr : buffer(aggregate_name(key), partition->bytes);
+  auto in = options_.phantom ? nullptr : buffer(aggregate_name(key), partition->bytes);
   auto value = std::make_shared<Payload>();
   auto read = [in, value, bytes = partition->bytes] {
     *value = in ? Payload::copy_of(in->bytes()) : Payload::phantom(bytes);

@@ -23,8 +23,8 @@
 
 #include "core/runtime.hpp"
 #include "ps/host_groups.hpp"
+#include "ps/role_options.hpp"
 #include "ps/workload.hpp"
-#include "scenario/scenario.hpp"
 
 namespace pstwin {
 
@@ -41,7 +41,7 @@ class HostReduce {
 
   // `groups`, `workload` and the executors must outlive this object. `rank` must share its host with
   // another worker (a lone root pushes as a plain worker does).
-  HostReduce(Runtime& runtime, const Scenario& scenario, const SyntheticWorkload& workload,
+  HostReduce(Runtime& runtime, HostReduceOptions options, const SyntheticWorkload& workload,
              const HostGroups& groups, int rank, Executor& copy_stage, Executor& reduce_stage, Hooks hooks);
 
   bool is_root() const { return root_ == rank_; }
@@ -75,7 +75,7 @@ class HostReduce {
   void ignore(const Message& message, const std::string& why);
 
   Runtime& rt_;
-  const Scenario& scenario_;
+  const HostReduceOptions options_;
   const SyntheticWorkload& workload_;
   const HostGroups& groups_;
   const int rank_;
@@ -83,7 +83,6 @@ class HostReduce {
   Executor& copy_stage_;
   Executor& reduce_stage_;
   Hooks hooks_;
-  const bool phantom_;
   std::uint32_t iteration_ = 0;
   std::map<Slot, Pending> pending_;                  // root: partitions not yet summed
   std::map<std::uint64_t, std::uint32_t> awaiting_;  // not the root: key -> iteration staged, no aggregate

@@ -17,11 +17,11 @@ std::string slot_name(int slot, int servers) {
                         : "worker aggregator " + std::to_string(slot - servers);
 }
 
-RangeIntake::RangeIntake(Runtime& runtime, const Scenario& scenario, RunObserver& observer,
+RangeIntake::RangeIntake(Runtime& runtime, RangeIntakeOptions options, RunObserver& observer,
                          const SyntheticWorkload& workload, DecisionBook& book, BandwidthMonitor& monitor,
                          bool report_on_last_push)
     : rt_(runtime),
-      scenario_(scenario),
+      options_(std::move(options)),
       observer_(observer),
       workload_(workload),
       book_(book),
@@ -62,7 +62,7 @@ bool RangeIntake::accept(const Message& message, const LbDecision& decision) {
   const auto index = workload_.index_of(h.key);
   observer_.request_routed(rt_.self(), h.sender, h.key, h.iteration);
   // The slot the scheduler's node table gives us (rank_ is -1 for a real node that asked for none).
-  const int servers = scenario_.roles.servers;
+  const int servers = options_.servers;
   const int slot = slot_of(rt_.self(), servers);
   if (decision.owner[index] != slot) {
     rt_.fail(slot_name(slot, servers) + " got a " + std::string(command_name(h.command)) + " from node " +
@@ -76,7 +76,7 @@ bool RangeIntake::accept(const Message& message, const LbDecision& decision) {
   if (++pushes_routed_[h.iteration] == expected) {
     pushes_routed_.erase(h.iteration);
     LbReport report = monitor_.take(h.iteration);
-    const auto& missing = scenario_.lb.missing_measurements;
+    const auto& missing = options_.missing_measurements;
     if (std::find(missing.begin(), missing.end(), h.iteration) != missing.end())
       report = LbReport{h.iteration, 0, 0, {}};
     Message out;

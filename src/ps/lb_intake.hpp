@@ -17,8 +17,8 @@
 #include "core/runtime.hpp"
 #include "ps/balance.hpp"
 #include "ps/observer.hpp"
+#include "ps/role_options.hpp"
 #include "ps/workload.hpp"
-#include "scenario/scenario.hpp"
 
 namespace pstwin {
 
@@ -28,7 +28,7 @@ class RangeIntake {
  public:
   // `book`, `monitor` and `workload` must outlive the intake. `report_on_last_push`: a server's
   // report (a worker reports at the end of its own iteration).
-  RangeIntake(Runtime& runtime, const Scenario& scenario, RunObserver& observer,
+  RangeIntake(Runtime& runtime, RangeIntakeOptions options, RunObserver& observer,
               const SyntheticWorkload& workload, DecisionBook& book, BandwidthMonitor& monitor,
               bool report_on_last_push);
 
@@ -42,7 +42,7 @@ class RangeIntake {
   bool accept(const Message& message, const LbDecision& decision);
 
   Runtime& rt_;
-  const Scenario& scenario_;
+  const RangeIntakeOptions options_;
   RunObserver& observer_;
   const SyntheticWorkload& workload_;
   DecisionBook& book_;

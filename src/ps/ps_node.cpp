@@ -11,19 +11,19 @@ namespace pstwin {
 
 PsNode::PsNode(NodeContext context, Role role, int rank)
     : rt_(context.runtime),
-      scenario_(context.scenario),
       observer_(context.observer),
       role_(role),
       rank_(rank),
-      scheduler_address_(std::move(context.scheduler_address)) {}
+      scheduler_address_(std::move(context.scheduler_address)),
+      control_(std::move(context.control)) {}
 
 void PsNode::start() {
   rt_.connect(kSchedulerId, scheduler_address_);
-  job_digest_ = job_digest(scenario_);
+  job_digest_ = job_digest(*control_.job_fields);
   const Registration me{{kNoNode, role_, rank_, rt_.local_address(), rt_.host_name()}, job_digest_};
   MessageHeader fields;
   send_to(kSchedulerId, Command::kRegister, fields, encode_registration(me));
-  const Seconds timeout = scenario_.ps.connect_timeout_s;
+  const Seconds timeout = control_.connect_timeout_s;
   connect_timer_ = rt_.start_timer(timeout, [this, timeout] {
     std::ostringstream out;
     if (registered_)
@@ -168,7 +168,7 @@ void PsNode::on_registration_answer(const Message& message) {
   // Name the fields that differ, as both sides have them, so the fix is plain.
   std::map<std::string, std::string> theirs(refusal->job_fields.begin(), refusal->job_fields.end());
   std::vector<std::string> differ;
-  for (const auto& [path, value] : job_fields(scenario_)) {
+  for (const auto& [path, value] : *control_.job_fields) {
     const auto it = theirs.find(path);
     if (it == theirs.end())
       differ.push_back(path + " = " + value + " here, not in the job's scenario");
@@ -223,7 +223,7 @@ void PsNode::on_node_table(const Message& message) {
   fields.key = kAllGroups;
   send_to(kSchedulerId, Command::kBarrier, fields);
   scheduler_heard_ = rt_.now();
-  rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { heartbeat(); });
+  rt_.start_timer(control_.heartbeat_interval_s, [this] { heartbeat(); });
 }
 
 void PsNode::heartbeat() {
@@ -231,17 +231,17 @@ void PsNode::heartbeat() {
   // The scheduler answers every heartbeat: silence this long means it died or the way to it did, and
   // nobody is left to end the job (ps-lite's nodes wait forever).
   const Seconds silent = rt_.now() - scheduler_heard_;
-  if (silent > scenario_.ps.heartbeat_timeout_s) {
+  if (silent > control_.heartbeat_timeout_s) {
     std::ostringstream out;
     out << "the scheduler (node 1 at " << scheduler_address_ << ") sent nothing for " << std::fixed
         << std::setprecision(1) << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat
-        << std::setprecision(6) << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
+        << std::setprecision(6) << control_.heartbeat_timeout_s << " s): presumed dead";
     scheduler_gone_ = true;
     rt_.fail(out.str());
     return;
   }
   send_to(kSchedulerId, Command::kHeartbeat, MessageHeader{});
-  rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { heartbeat(); });
+  rt_.start_timer(control_.heartbeat_interval_s, [this] { heartbeat(); });
 }
 
 void PsNode::report_start_decisions(const DecisionBook* book) {

@@ -12,18 +12,20 @@
 #include "ps/balance.hpp"
 #include "ps/control.hpp"
 #include "ps/observer.hpp"
-#include "scenario/scenario.hpp"
+#include "ps/role_options.hpp"
 
 namespace pstwin {
 
 // The response to `request`: its header, addressed back to the sender.
 Message reply_message(const Message& request, Payload payload = {});
 
+// Where a server, worker or validator runs: its runtime, what it reports to, the scheduler to
+// register with, and the control plane's settings.
 struct NodeContext {
   Runtime& runtime;
-  const Scenario& scenario;
   RunObserver& observer;
   std::string scheduler_address;
+  ControlOptions control;
 };
 
 class PsNode : public Node {
@@ -56,7 +58,6 @@ class PsNode : public Node {
   const LbDecision* take_decision(DecisionBook* book, const Message& message);
 
   Runtime& rt_;
-  const Scenario& scenario_;
   RunObserver& observer_;
   const Role role_;
   const int rank_;
@@ -68,6 +69,7 @@ class PsNode : public Node {
   std::string who() const;  // "worker 1 on h3"
 
   std::string scheduler_address_;
+  const ControlOptions control_;
   std::string job_digest_;       // of our scenario's job_fields: the scheduler checks it at registration
   bool registered_ = false;      // the scheduler accepted our registration (we wait for the node table)
   Seconds scheduler_heard_ = 0;  // when the scheduler last sent us anything (a heartbeat reply at least)

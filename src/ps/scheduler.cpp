@@ -8,26 +8,21 @@
 
 namespace pstwin {
 
-Scheduler::Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& observer)
+Scheduler::Scheduler(Runtime& runtime, SchedulerOptions options, RunObserver& observer,
+                     std::unique_ptr<LoadBalancer> balancer)
     : rt_(runtime),
-      scenario_(scenario),
+      options_(std::move(options)),
       observer_(observer),
-      expected_servers_(scenario.roles.servers),
-      expected_workers_(scenario.roles.workers),
-      expected_validators_(scenario.roles.validators),
-      job_fields_(job_fields(scenario)),
-      job_digest_(job_digest(job_fields_)),
-      next_registrant_id_(kRegistrantIdBase) {
-  if (scenario.lb.balancing == Balancing::kLb) {
-    partitions_ = partition_tensors(scenario.declared_tensor_bytes(), scenario.ps.partition_bytes,
-                                    scenario.roles.servers, scenario.ps.key_hash);
-    balancer_ = std::make_unique<LoadBalancer>(scenario, partitions_);
-  }
-}
+      expected_servers_(options_.servers),
+      expected_workers_(options_.workers),
+      expected_validators_(options_.validators),
+      job_digest_(job_digest(*options_.control.job_fields)),
+      next_registrant_id_(kRegistrantIdBase),
+      balancer_(std::move(balancer)) {}
 
 void Scheduler::start() {
   rt_.set_self(kSchedulerId);
-  rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { check_heartbeats(); });
+  rt_.start_timer(options_.control.heartbeat_interval_s, [this] { check_heartbeats(); });
 }
 
 void Scheduler::send(NodeId to, Command command, bool response, std::uint64_t key, Payload payload) {
@@ -109,7 +104,7 @@ void Scheduler::on_message(Message message) {
 void Scheduler::maybe_shut_down() {
   // ps.backup_workers = b: the job is done when all but b workers are; the stragglers need not finish.
   if (shutting_down_ ||
-      static_cast<int>(workers_done_.size()) < std::max(1, live_workers() - scenario_.ps.backup_workers))
+      static_cast<int>(workers_done_.size()) < std::max(1, live_workers() - options_.backup_workers))
     return;
   shutting_down_ = true;
   std::vector<NodeId> everyone;
@@ -172,7 +167,8 @@ void Scheduler::on_register(const Message& message) {
             std::to_string(expected_servers_ + expected_workers_ + expected_validators_ -
                            static_cast<int>(registrations_.size())) +
             " node(s)");
-    answer_registrant(*info, kRegistrationRefused, encode_refusal({job_digest_, job_fields_}));
+    answer_registrant(*info, kRegistrationRefused,
+                      encode_refusal({job_digest_, *options_.control.job_fields}));
     return;
   }
   if (registration->job_digest.empty())
@@ -311,12 +307,12 @@ void Scheduler::check_heartbeats() {
     if (shutdown_acks_.contains(info.id)) continue;
     const Seconds silent = now - last_seen_[info.id];
     if (lost_workers_.contains(info.id)) continue;
-    if (silent > scenario_.ps.heartbeat_timeout_s) {
+    if (silent > options_.control.heartbeat_timeout_s) {
       std::ostringstream out;
       out << describe_node(info.id) << " sent no heartbeat for " << std::fixed << std::setprecision(1)
           << silent << " s (ps.heartbeat_timeout = " << std::defaultfloat << std::setprecision(6)
-          << scenario_.ps.heartbeat_timeout_s << " s): presumed dead";
-      if (info.role == Role::kWorker && scenario_.ps.continues_on_worker_loss() && live_workers() > 1) {
+          << options_.control.heartbeat_timeout_s << " s): presumed dead";
+      if (info.role == Role::kWorker && options_.continues_on_worker_loss && live_workers() > 1) {
         lose_worker(info, out.str());
         continue;
       }
@@ -324,7 +320,7 @@ void Scheduler::check_heartbeats() {
       return;
     }
   }
-  rt_.start_timer(scenario_.ps.heartbeat_interval_s, [this] { check_heartbeats(); });
+  rt_.start_timer(options_.control.heartbeat_interval_s, [this] { check_heartbeats(); });
 }
 
 void Scheduler::lose_worker(const NodeInfo& info, const std::string& why) {

@@ -13,13 +13,15 @@
 #include "ps/control.hpp"
 #include "ps/load_balancer.hpp"
 #include "ps/observer.hpp"
-#include "scenario/scenario.hpp"
+#include "ps/role_options.hpp"
 
 namespace pstwin {
 
 class Scheduler final : public Node {
  public:
-  Scheduler(Runtime& runtime, const Scenario& scenario, RunObserver& observer);
+  // `balancer`: ps.balancing = "lb" (null: hash routing, no reports).
+  Scheduler(Runtime& runtime, SchedulerOptions options, RunObserver& observer,
+            std::unique_ptr<LoadBalancer> balancer = nullptr);
 
   void start() override;
   void on_message(Message message) override;
@@ -51,7 +53,7 @@ class Scheduler final : public Node {
   void send(NodeId to, Command command, bool response, std::uint64_t key, Payload payload = {});
 
   Runtime& rt_;
-  const Scenario& scenario_;
+  const SchedulerOptions options_;
   RunObserver& observer_;
   int expected_servers_;
   int expected_workers_;
@@ -63,17 +65,13 @@ class Scheduler final : public Node {
   std::set<NodeId> workers_done_;
   std::set<NodeId> shutdown_acks_;
   bool shutting_down_ = false;
-  // The job's fields and their digest (src/scenario job_fields): a registration must match them.
-  std::vector<std::pair<std::string, std::string>> job_fields_;
-  std::string job_digest_;
+  std::string job_digest_;         // of options_.control.job_fields: a registration must match it
   NodeId next_registrant_id_;      // connection ids for answers before the node table
   std::set<NodeId> gone_;          // failed or left: told nothing more
   std::set<NodeId> lost_workers_;  // ps.on_worker_loss = "continue": declared dead, the job goes on
   std::set<NodeId> fenced_;        // ... and heard from again: told to end
   bool relaying_ = false;          // the job fails for a node's failure (fail_job), not the scheduler's
-  // ps.balancing = "lb" only.
-  std::vector<PartitionSpec> partitions_;
-  std::unique_ptr<LoadBalancer> balancer_;
+  std::unique_ptr<LoadBalancer> balancer_;  // ps.balancing = "lb" only
 };
 
 }  // namespace pstwin

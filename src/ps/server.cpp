@@ -4,16 +4,18 @@
 
 namespace pstwin {
 
-Server::Server(NodeContext context, int rank, const SyntheticWorkload& workload, const UpdateRule& rule)
+Server::Server(NodeContext context, int rank, const ServerOptions& options, const JobShape& job,
+               const UpdateRule& rule)
     : PsNode(context, Role::kServer, rank),
-      aggregator_(context.runtime, context.scenario, context.observer, workload, rule,
-                  context.runtime.executor("engine", context.scenario.ps.server_engine_threads),
-                  "server " + std::to_string(rank)) {
-  if (context.scenario.lb.balancing == Balancing::kLb) {
-    decisions_ = std::make_unique<DecisionBook>(
-        workload.partitions(), context.scenario.roles.servers,
-        context.scenario.lb.worker_aggregators ? context.scenario.roles.workers : 0);
-    intake_ = std::make_unique<RangeIntake>(rt_, scenario_, observer_, workload, *decisions_, monitor_, true);
+      aggregator_(context.runtime, options.aggregator, context.observer, job, rule,
+                  context.runtime.executor("engine", options.aggregator.engine_threads),
+                  "server " + std::to_string(rank)),
+      sync_(options.aggregator.sync) {
+  if (options.load_balanced) {
+    decisions_ = std::make_unique<DecisionBook>(job.workload.partitions(), options.servers,
+                                                options.worker_aggregators);
+    intake_ = std::make_unique<RangeIntake>(rt_, options.intake, observer_, job.workload, *decisions_,
+                                            monitor_, true);
   }
 }
 
@@ -54,7 +56,7 @@ void Server::dispatch(Message message) {
 }
 
 void Server::on_shutdown() {
-  if (scenario_.ps.mode == TrainingMode::kAsync) aggregator_.report_final_stores();
+  if (!sync_) aggregator_.report_final_stores();
 }
 
 std::string Server::describe_app_state() const {

@@ -18,8 +18,8 @@ namespace pstwin {
 
 class Server final : public PsNode {
  public:
-  // `workload` and `rule` must outlive the server.
-  Server(NodeContext context, int rank, const SyntheticWorkload& workload,
+  // `job` and `rule` must outlive the server.
+  Server(NodeContext context, int rank, const ServerOptions& options, const JobShape& job,
          const UpdateRule& rule = UpdateRule::sum());
 
  private:
@@ -34,6 +34,7 @@ class Server final : public PsNode {
   void dispatch(Message message);
 
   Aggregator aggregator_;
+  const bool sync_;                          // ps.mode
   std::unique_ptr<DecisionBook> decisions_;  // lb only
   BandwidthMonitor monitor_;                 // lb only
   std::unique_ptr<RangeIntake> intake_;      // lb only

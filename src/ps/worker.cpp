@@ -11,49 +11,46 @@
 
 namespace pstwin {
 
-Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
+Worker::Worker(NodeContext context, int rank, WorkerOptions options, const JobShape& job,
                const TrainingModel* training, std::unique_ptr<DeviceTensors> device)
     : PsNode(context, Role::kWorker, rank),
-      workload_(workload),
+      options_(std::move(options)),
+      workload_(job.workload),
       training_(training),
       device_(std::move(device)),
-      plan_(context.scenario, workload),
+      plan_(job.plan),
       compute_stage_(context.runtime.executor("compute", 1)),
       copy_stage_(context.runtime.executor("copy", 1)),
-      decisions_(context.scenario.lb.balancing != Balancing::kLb
+      decisions_(!options_.load_balanced
                      ? nullptr
-                     : std::make_unique<DecisionBook>(
-                           workload.partitions(), context.scenario.roles.servers,
-                           context.scenario.lb.worker_aggregators ? context.scenario.roles.workers : 0)),
+                     : std::make_unique<DecisionBook>(workload_.partitions(), options_.servers,
+                                                      options_.aggregates ? options_.workers : 0)),
       kv_(context.runtime,
-          KvClientOptions{.servers = context.scenario.roles.servers,
-                          .scheduling_credit = context.scenario.ps.scheduling_credit,
-                          .fused = context.scenario.ps.push_pull == PushPullMode::kFused,
+          KvClientOptions{.servers = options_.servers,
+                          .scheduling_credit = options_.scheduling_credit,
+                          .fused = options_.fused,
                           .rank = rank},
-          workload, decisions_.get(), context.runtime.executor("push", 1),
+          workload_, decisions_.get(), context.runtime.executor("push", 1),
           [this](const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) {
             fill_push(partition, iteration, out);
           }),
-      groups_(context.scenario) {
+      groups_(job.groups) {
   // The scenario keeps the device to the synthetic workload with staging (Validator::check_device).
-  PSTWIN_ASSERT(!device_ || (!training_ && scenario_.staging.enabled),
-                "device tensors need synthetic staging");
+  PSTWIN_ASSERT(!device_ || (!training_ && options_.staging), "device tensors need synthetic staging");
   if (training_) {
     gradients_ = training_->worker(rank);
     const auto initial = training_->initial_parameters();
     params_.assign(initial.begin(), initial.end());
     grad_.assign(initial.size(), 0.0f);
   }
-  if (decisions_) {
-    if (scenario_.lb.worker_aggregators) {
-      // Trained keys never move to a worker (the scenario refuses lb.worker_aggregators with training).
-      PSTWIN_ASSERT(!training_, "a worker aggregator with a training model");
-      aggregator_ = std::make_unique<Aggregator>(rt_, scenario_, observer_, workload, UpdateRule::sum(),
-                                                 rt_.executor("engine", scenario_.ps.server_engine_threads),
-                                                 "worker aggregator " + std::to_string(rank));
-      intake_ =
-          std::make_unique<RangeIntake>(rt_, scenario_, observer_, workload, *decisions_, monitor_, false);
-    }
+  if (decisions_ && options_.aggregates) {
+    // Trained keys never move to a worker (the scenario refuses lb.worker_aggregators with training).
+    PSTWIN_ASSERT(!training_, "a worker aggregator with a training model");
+    aggregator_ = std::make_unique<Aggregator>(rt_, options_.aggregator, observer_, job, UpdateRule::sum(),
+                                               rt_.executor("engine", options_.aggregator.engine_threads),
+                                               "worker aggregator " + std::to_string(rank));
+    intake_ = std::make_unique<RangeIntake>(rt_, options_.intake, observer_, workload_, *decisions_, monitor_,
+                                            false);
   }
   if (groups_.active() && groups_.members(groups_.root_of(rank)).size() > 1) {
     HostReduce::Hooks hooks{
@@ -67,10 +64,10 @@ Worker::Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
               on_pull_response(std::move(aggregate));
             },
     };
-    host_reduce_ = std::make_unique<HostReduce>(rt_, scenario_, workload, groups_, rank, copy_stage_,
-                                                rt_.executor("reduce", 1), std::move(hooks));
+    host_reduce_ = std::make_unique<HostReduce>(rt_, options_.host_reduce, workload_, groups_, rank,
+                                                copy_stage_, rt_.executor("reduce", 1), std::move(hooks));
   }
-  if (scenario_.workload.layerwise) {
+  if (options_.layerwise) {
     for (const auto& partition : workload_.partitions()) {
       const auto tensor = static_cast<std::size_t>(partition.tensor);
       if (tensor >= tensor_parts_.size()) tensor_parts_.resize(tensor + 1);
@@ -100,10 +97,9 @@ void Worker::on_ready() {
 // Training: the simulator charges the step's FLOPs at the host's speed and the real backend
 // ignores them; both run the real step in a task's `work`, which owns params_ and grad_ until `done`.
 ComputeCost Worker::iteration_cost() {
-  ComputeCost cost{training_ ? 0 : scenario_.workload.compute_s,
-                   training_ ? gradients_->flops_per_step() : 0};
-  if (scenario_.perturbation.compute_jitter_s > 0)
-    cost.seconds += rt_.random("worker.compute_jitter").uniform(0, scenario_.perturbation.compute_jitter_s);
+  ComputeCost cost{training_ ? 0 : options_.compute_s, training_ ? gradients_->flops_per_step() : 0};
+  if (options_.compute_jitter_s > 0)
+    cost.seconds += rt_.random("worker.compute_jitter").uniform(0, options_.compute_jitter_s);
   return cost;
 }
 
@@ -118,7 +114,7 @@ void Worker::start_layerwise_compute() {
 void Worker::try_forward() {
   if (forwarding_ || next_forward_ >= tensor_parts_.size() || tensor_pulls_left_[next_forward_] > 0) return;
   forwarding_ = true;
-  const double share = scenario_.workload.forward_share * tensor_share_[next_forward_];
+  const double share = options_.forward_share * tensor_share_[next_forward_];
   const bool last = next_forward_ + 1 == tensor_parts_.size();
   std::function<void()> work;
   if (training_ && last) work = [this] { gradients_->step(compute_iteration_, params_, grad_); };
@@ -137,8 +133,7 @@ void Worker::try_forward() {
 }
 
 void Worker::run_backward(int tensor) {
-  const double share =
-      (1 - scenario_.workload.forward_share) * tensor_share_[static_cast<std::size_t>(tensor)];
+  const double share = (1 - options_.forward_share) * tensor_share_[static_cast<std::size_t>(tensor)];
   compute_stage_.submit(0, "backward", {layer_cost_.seconds * share, layer_cost_.flops * share}, {},
                         [this, tensor] {
                           stage_tensor(tensor);
@@ -146,7 +141,7 @@ void Worker::run_backward(int tensor) {
                             run_backward(tensor - 1);
                             return;
                           }
-                          if (static_cast<int>(++compute_iteration_) < scenario_.workload.iterations)
+                          if (static_cast<int>(++compute_iteration_) < options_.iterations)
                             start_layerwise_compute();
                         });
 }
@@ -217,17 +212,17 @@ void Worker::fill_push(const PartitionSpec& partition, std::uint32_t iteration, 
 // observers, which evaluate it after the run: evaluation never delays an iteration.
 void Worker::snapshot_model() {
   if (!training_ || rank_ != 0) return;
-  const int every = scenario_.train.eval_every;
+  const int every = options_.eval_every;
   const auto done = static_cast<int>(iteration_);
-  const bool due = done == 0 || done == scenario_.workload.iterations || (every > 0 && done % every == 0);
+  const bool due = done == 0 || done == options_.iterations || (every > 0 && done % every == 0);
   if (due) observer_.model_snapshot(rank_, iteration_, rt_.now() - training_start_, params_);
 }
 
 std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partition) {
   auto& region = staging_[partition.key];
   if (!region) {
-    const auto name = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker,
-                                          rank_, partition.key);
+    const auto name = staging_buffer_name(options_.staging_naming, options_.staging_job, Role::kWorker, rank_,
+                                          partition.key);
     region = rt_.staging().open(name, partition.bytes);
   }
   return region;
@@ -238,8 +233,8 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
     host_reduce_->stage(partition, iteration_);
     return;
   }
-  const bool phantom = scenario_.workload.payload == PayloadMode::kPhantom;
-  if (!scenario_.staging.enabled) {
+  const bool phantom = options_.phantom;
+  if (!options_.staging) {
     if (!phantom && !training_) {
       kv_.push_filled_on_release(partition, iteration_);
       return;
@@ -258,8 +253,8 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   std::shared_ptr<ByteBuffer> region = phantom ? nullptr : staging_buffer(partition);
   const std::uint32_t iteration = iteration_;
   // Named in the trace, so two workers' copies into one shared buffer show as the same name.
-  std::string buffer = staging_buffer_name(scenario_.staging.naming, scenario_.staging.job, Role::kWorker,
-                                           rank_, partition.key);
+  std::string buffer =
+      staging_buffer_name(options_.staging_naming, options_.staging_job, Role::kWorker, rank_, partition.key);
   auto staged = [this, region, &partition, phantom, buffer] {
     kv_.push(partition, phantom ? Payload::phantom(partition.bytes) : Payload::live_view(region), buffer);
   };
@@ -275,7 +270,7 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
                        std::move(copy_in), std::move(staged));
     return;
   }
-  const ComputeCost copy_cost{static_cast<double>(partition.bytes) / scenario_.staging.copy_bandwidth_Bps, 0};
+  const ComputeCost copy_cost{static_cast<double>(partition.bytes) / options_.copy_bandwidth_Bps, 0};
   auto copy_in = [this, region, &partition, iteration] {
     if (region) fill_push(partition, iteration, region->floats());
   };
@@ -284,7 +279,7 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
 }
 
 Seconds Worker::pcie_seconds(std::uint64_t bytes) const {
-  return static_cast<double>(bytes) / scenario_.cluster.pcie_bandwidth_Bps;
+  return static_cast<double>(bytes) / options_.pcie_bandwidth_Bps;
 }
 
 void Worker::submit_device_work(Executor& stage, std::string_view label, ComputeCost cost,
@@ -386,7 +381,7 @@ void Worker::follow_decision_weights(const LbDecision& decision) {
   // A worker exchanges the same bytes with each peer both ways: its push to an owner comes back as the
   // owner's aggregate, and its own range's aggregate goes to each worker whose push it received. So one
   // table shapes both what it sends (the pool) and what it receives (many owners into one downlink).
-  const int servers = scenario_.roles.servers;
+  const int servers = options_.servers;
   const int mine = slot_of(rt_.self(), servers);
   std::map<NodeId, double> bytes;
   const auto partitions = workload_.partitions();
@@ -396,7 +391,7 @@ void Worker::follow_decision_weights(const LbDecision& decision) {
       bytes[slot_node(decision.owner[i], servers)] += wire;
       continue;
     }
-    for (int w = 0; w < scenario_.roles.workers; ++w)
+    for (int w = 0; w < options_.workers; ++w)
       if (worker_id(w) != rt_.self()) bytes[worker_id(w)] += wire;
   }
   // An aggregator answers a key only once every worker's push of it is in, so its last replies follow
@@ -469,7 +464,7 @@ void Worker::on_model_received() {
   if (host_reduce_) host_reduce_->set_iteration(iteration_);
   snapshot_model();  // the global model: worker 0's own unsent steps are not evaluated
   keep_unsent_steps(iteration_ - 1);
-  if (static_cast<int>(iteration_) >= scenario_.workload.iterations) {
+  if (static_cast<int>(iteration_) >= options_.iterations) {
     send_to(kSchedulerId, Command::kWorkerDone, MessageHeader{});
     return;
   }
@@ -492,7 +487,7 @@ void Worker::on_model_received() {
 
 std::string Worker::describe_app_state() const {
   std::ostringstream out;
-  out << "iteration " << iteration_ << " of " << scenario_.workload.iterations << ": " << pushes_unacked_
+  out << "iteration " << iteration_ << " of " << options_.iterations << ": " << pushes_unacked_
       << " pushes unacknowledged, " << pulls_outstanding_ << " pulls outstanding";
   if (awaiting_decision_) out << "; waiting for the load balancer's decision for it";
   if (aggregator_) out << "; aggregator: " << aggregator_->describe();

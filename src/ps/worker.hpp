@@ -37,7 +37,8 @@ class Worker final : public PsNode {
  public:
   // `training` (may be null: synthetic values) must outlive the worker. `device`: where the synthetic
   // values live with workload.device = "cuda" (null: host memory, no device copies).
-  Worker(NodeContext context, int rank, const SyntheticWorkload& workload,
+  // `job` must outlive the worker.
+  Worker(NodeContext context, int rank, WorkerOptions options, const JobShape& job,
          const TrainingModel* training = nullptr, std::unique_ptr<DeviceTensors> device = nullptr);
 
  private:
@@ -74,11 +75,12 @@ class Worker final : public PsNode {
   // own gradient slice, for one round only (ZenoPS's error reset).
   void keep_unsent_steps(std::uint32_t round);
 
+  const WorkerOptions options_;
   const SyntheticWorkload& workload_;
   const TrainingModel* training_;
   std::unique_ptr<DeviceTensors> device_;      // workload.device = "cuda" only
   std::unique_ptr<GradientSource> gradients_;  // training only
-  RoundPlan plan_;                             // train.participation / train.drop_rate
+  const RoundPlan& plan_;                      // train.participation / train.drop_rate
   std::vector<float> params_, grad_;           // training only: the replica and its gradient
   Seconds training_start_ = 0;
   Executor& compute_stage_;
@@ -107,7 +109,7 @@ class Worker final : public PsNode {
   std::uint32_t weights_version_ = 0;       // lb: the decision version the send and receive weights follow
   std::unique_ptr<Aggregator> aggregator_;  // lb.worker_aggregators only
   std::unique_ptr<RangeIntake> intake_;
-  HostGroups groups_;
+  const HostGroups& groups_;
   std::unique_ptr<HostReduce> host_reduce_;  // ps.local_reduce, on a host with other workers only
 };
 

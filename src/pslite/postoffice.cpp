@@ -149,14 +149,15 @@ struct Postoffice::Node final : pslite::AppEvents {
           [&](pstwin::Runtime& rt) -> std::unique_ptr<pstwin::Node> {
             if (e.role == Role::kScheduler) {
               watch = std::make_unique<StartWatch>(*this);
-              auto scheduler = std::make_unique<pstwin::Scheduler>(rt, scenario, *watch);
+              auto scheduler =
+                  std::make_unique<pstwin::Scheduler>(rt, pstwin::scheduler_options(scenario), *watch);
               auto node = std::make_unique<pslite::AppScheduler>(rt, std::move(scheduler), *this);
               app_scheduler = node.get();
               return node;
             }
             auto node = std::make_unique<pslite::AppNode>(
-                pstwin::NodeContext{rt, scenario, no_observer, scheduler_address}, e.role,
-                e.role == Role::kWorker ? e.worker_id : -1, *this);
+                pstwin::NodeContext{rt, no_observer, scheduler_address, pstwin::control_options(scenario)},
+                e.role, e.role == Role::kWorker ? e.worker_id : -1, *this);
             app_node = node.get();
             return node;
           });

@@ -10,7 +10,9 @@
 
 #include "core/runtime.hpp"
 #include "ps/device.hpp"
+#include "ps/host_groups.hpp"
 #include "ps/ps_node.hpp"
+#include "ps/role_options.hpp"
 #include "ps/round_plan.hpp"
 #include "ps/training.hpp"
 #include "ps/update_rule.hpp"
@@ -32,12 +34,15 @@ class JobRoles {
   JobRoles(const JobRoles&) = delete;
   JobRoles& operator=(const JobRoles&) = delete;
 
-  // The role `role` of rank `rank` (the scheduler ignores the rank). A server's rank may be -1 (a real
+  // The role `role` of rank `rank` (the scheduler ignores the rank) on `runtime`, registering with the
+  // scheduler at `scheduler_address` (the scheduler's own: ""). A server's rank may be -1 (a real
   // node learns it from the scheduler). Validators need workload.kind = "mlp": ScenarioError otherwise.
   // A worker whose device cannot be used: DeviceError naming the worker and the failed call.
-  std::unique_ptr<Node> make(Role role, int rank, const NodeContext& context) const;
+  std::unique_ptr<Node> make(Role role, int rank, Runtime& runtime, RunObserver& observer,
+                             std::string scheduler_address) const;
 
   const SyntheticWorkload& workload() const { return workload_; }
+  const JobShape& shape() const { return shape_; }
   const TrainingModel* training() const;  // null: synthetic workload
   const UpdateRule& update_rule() const { return *rule_; }
 
@@ -46,6 +51,12 @@ class JobRoles {
   DeviceFactory device_;
   SyntheticWorkload workload_;
   RoundPlan plan_;
+  HostGroups groups_;
+  JobShape shape_{workload_, plan_, groups_};
+  // Each role's settings, built once: every node of a process shares the control plane's job fields.
+  ControlOptions control_;
+  ServerOptions server_;
+  WorkerOptions worker_;
   std::unique_ptr<RobustTraining> training_;
   std::unique_ptr<GradientCombiner> combiner_;
   std::unique_ptr<UpdateRule> rule_;

@@ -16,22 +16,23 @@ bool uses_reference(RuleKind kind) {
 
 }  // namespace
 
-Validator::Validator(NodeContext context, int rank, const SyntheticWorkload& workload,
+Validator::Validator(NodeContext context, int rank, ValidatorOptions options, const JobShape& job,
                      const train::MlpTraining& training, const RuleConfig& rule)
     : PsNode(context, Role::kValidator, rank),
-      workload_(workload),
+      options_(std::move(options)),
+      workload_(job.workload),
       training_(training),
       rule_(rule),
-      sync_(context.scenario.ps.mode == TrainingMode::kSync),
-      plan_(context.scenario, workload),
+      sync_(options_.sync),
+      plan_(job.plan),
       compute_stage_(context.runtime.executor("compute", 1)),
       reference_momentum_(training.worker_momentum()) {
-  const int validators = scenario_.roles.validators;
-  for (int w = rank; w < scenario_.roles.workers; w += validators) workers_.push_back(w);
+  const int validators = options_.validators;
+  for (int w = rank; w < options_.workers; w += validators) workers_.push_back(w);
   held_out_ = training_.shards().validators.at(static_cast<std::size_t>(rank));
   trainer_ =
-      training_.trainer(held_out_, static_cast<std::size_t>(scenario_.zeno.validator_batch),
-                        RandomStream(scenario_.seed, "zeno.validator", static_cast<std::uint64_t>(rank)));
+      training_.trainer(held_out_, static_cast<std::size_t>(options_.batch),
+                        RandomStream(options_.seed, "zeno.validator", static_cast<std::uint64_t>(rank)));
   const auto initial = training_.initial_parameters();
   params_.assign(initial.begin(), initial.end());
 }
@@ -65,7 +66,7 @@ void Validator::on_candidate(Message message) {
   }
   if (why.empty() && (role_of(h.sender) != Role::kServer || h.app_id != kCandidateApp))
     why = "not a server's forwarded push";
-  else if (why.empty() && (worker >= scenario_.roles.workers || worker % scenario_.roles.validators != rank_))
+  else if (why.empty() && (worker >= options_.workers || worker % options_.validators != rank_))
     why = "worker " + std::to_string(worker) + " is not one of this validator's";
   else if (why.empty() && !plan_.pushes(worker, round, partition->tensor))
     why = "worker " + std::to_string(worker) +
@@ -75,7 +76,7 @@ void Validator::on_candidate(Message message) {
     why = std::to_string(message.payload.size()) + " bytes, expected " + std::to_string(partition->bytes);
   else if (why.empty() && sync_ && (round < judged_ || round > round_ + 1))
     why = "round " + std::to_string(round) + " while judging round " + std::to_string(round_);
-  else if (why.empty() && !sync_ && round >= static_cast<std::uint32_t>(scenario_.workload.iterations))
+  else if (why.empty() && !sync_ && round >= static_cast<std::uint32_t>(options_.iterations))
     why = "round " + std::to_string(round) + " beyond workload.iterations";
   else if (why.empty() && candidates_.contains({round, worker, h.key}))
     why = "a second push for this slot (the first is not judged yet)";
@@ -108,7 +109,7 @@ std::vector<float> Validator::take_update(std::uint32_t round, int worker) {
 }
 
 std::vector<float> Validator::reference(std::uint32_t round) {
-  const int steps = scenario_.zeno.local_steps;
+  const int steps = options_.local_steps;
   const float lr = training_.learning_rate(round);
   std::vector<float> x = params_, grad(params_.size()), mean(params_.size(), 0.0f);
   for (int s = 0; s < steps; ++s) {
@@ -119,7 +120,7 @@ std::vector<float> Validator::reference(std::uint32_t round) {
     }
   }
   // Workers with train.local_steps = H push the sum of H gradients: v in the same units.
-  const int worker_steps = scenario_.train.local_steps;
+  const int worker_steps = options_.worker_local_steps;
   if (worker_steps > 1)
     for (float& value : mean) value *= static_cast<float>(worker_steps);
   if (reference_momentum_) reference_momentum_->apply(params_, mean);
@@ -140,7 +141,7 @@ void Validator::next() {
     return;
   }
   if (ready_.empty()) return;
-  const auto k = static_cast<std::uint64_t>(scenario_.zeno.refresh_every);
+  const auto k = static_cast<std::uint64_t>(options_.refresh_every);
   const bool refresh_due = uses_reference(rule_.kind) && (reference_.empty() || judged_ % k == 0);
   if (refresh_due && !model_current_) {
     pull_model(static_cast<std::uint32_t>(judged_));
@@ -170,9 +171,8 @@ void Validator::judge_round(std::uint32_t round) {
   }
   auto result = std::make_shared<Aggregate>();
   auto error = std::make_shared<std::string>();
-  const double flops = training_.model().train_flops_per_sample() *
-                           static_cast<double>(scenario_.zeno.validator_batch) *
-                           (uses_reference(rule_.kind) ? scenario_.zeno.local_steps : 0) +
+  const double flops = training_.model().train_flops_per_sample() * static_cast<double>(options_.batch) *
+                           (uses_reference(rule_.kind) ? options_.local_steps : 0) +
                        6.0 * static_cast<double>(updates->size() * params_.size());
   auto work = guarded(error, [this, updates, result, round] {
     if (updates->empty()) {  // none of ours takes part this round (train.participation): a zero sum
@@ -190,8 +190,7 @@ void Validator::judge_round(std::uint32_t round) {
     std::unique_ptr<MlpBatchLoss> loss;
     if (rule_.kind == RuleKind::kZeno) {
       // f_r on the round's validation batch: a window of the held-out shard, moving each round.
-      const auto batch =
-          std::min<std::size_t>(static_cast<std::size_t>(scenario_.zeno.validator_batch), held_out_.size());
+      const auto batch = std::min<std::size_t>(static_cast<std::size_t>(options_.batch), held_out_.size());
       std::vector<std::uint32_t> indices;
       for (std::size_t i = 0; i < batch; ++i)
         indices.push_back(held_out_[(static_cast<std::size_t>(round) * batch + i) % held_out_.size()]);
@@ -223,9 +222,8 @@ void Validator::judge_one(Update update) {
   const bool refresh = uses_reference(rule_.kind) && model_current_;
   auto result = std::make_shared<Aggregate>();
   auto error = std::make_shared<std::string>();
-  const double flops = training_.model().train_flops_per_sample() *
-                           static_cast<double>(scenario_.zeno.validator_batch) *
-                           (refresh ? scenario_.zeno.local_steps : 0) +
+  const double flops = training_.model().train_flops_per_sample() * static_cast<double>(options_.batch) *
+                           (refresh ? options_.local_steps : 0) +
                        6.0 * static_cast<double>(params_.size());
   auto work = guarded(error, [this, candidate, result, refresh, update] {
     if (refresh) reference_ = reference(update.round);

@@ -30,10 +30,22 @@
 
 namespace pstwin::zeno {
 
+struct ValidatorOptions {
+  bool sync = true;  // ps.mode
+  int validators = 1;
+  int workers = 1;
+  int iterations = 1;
+  std::uint64_t seed = 1;      // the validator's batches: stream "zeno.validator", its rank
+  int batch = 64;              // zeno.validator_batch
+  int local_steps = 1;         // zeno.local_steps: SGD steps of the validator's reference
+  int worker_local_steps = 1;  // train.local_steps: what a worker's update sums
+  int refresh_every = 1;       // async (Zeno++): a fresh reference every this many judged updates
+};
+
 class Validator final : public PsNode {
  public:
-  // `training` must outlive the node.
-  Validator(NodeContext context, int rank, const SyntheticWorkload& workload,
+  // `job` and `training` must outlive the node.
+  Validator(NodeContext context, int rank, ValidatorOptions options, const JobShape& job,
             const train::MlpTraining& training, const RuleConfig& rule);
 
  private:
@@ -64,11 +76,12 @@ class Validator final : public PsNode {
   void fail_round(std::uint32_t round, const std::string& error);
   std::size_t element_offset(const PartitionSpec& partition) const;
 
+  const ValidatorOptions options_;
   const SyntheticWorkload& workload_;
   const train::MlpTraining& training_;
   const RuleConfig rule_;
   const bool sync_;
-  RoundPlan plan_;            // sync: who pushes which tensors in each round
+  const RoundPlan& plan_;     // sync: who pushes which tensors in each round
   std::vector<int> workers_;  // assigned ranks, ascending
   std::unique_ptr<train::ShardTrainer> trainer_;
   std::vector<std::uint32_t> held_out_;
