@@ -34,6 +34,9 @@ namespace {
 // once, each for at most this long; the rest are refused.
 constexpr std::size_t kMaxUnproven = 256;
 constexpr double kHandshakeTimeoutS = 5;
+// What CURVE adds around each frame on the wire (CurveZMQ's MESSAGE command): the command name and
+// nonce (16 bytes), a flags byte and the box's MAC (16 bytes).
+constexpr std::int64_t kCurveFrameOverhead = 33;
 
 // A CURVE key as ZeroMQ's socket options take it: 32 bytes, binary.
 zmq::const_buffer key_buffer(const std::array<unsigned char, CurveKeyPair::kBytes>& key) {
@@ -116,8 +119,10 @@ class ZmqNodeRuntime::Sockets {
       router_.set(zmq::sockopt::curve_server, true);
       router_.set(zmq::sockopt::curve_secretkey, key_buffer(curve_->secret_key));
     }
-    // ZeroMQ refuses a larger frame as it reads its length and drops that connection.
-    router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
+    // ZeroMQ refuses a larger frame as it reads its length and drops that connection. With CURVE it
+    // reads the length of the sealed frame, which is larger.
+    router_.set(zmq::sockopt::maxmsgsize,
+                static_cast<std::int64_t>(limits_.max_payload_bytes) + (curve_ ? kCurveFrameOverhead : 0));
     try {
       router_.bind("tcp://" + owner_.options_.bind);
     } catch (const zmq::error_t& e) {

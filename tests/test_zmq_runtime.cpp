@@ -399,7 +399,8 @@ TEST(ZmqRuntime, AReconnectedDealerProvesMembershipAgainAndItsMessagesArrive) {
 // PSTWIN_ENCRYPT=curve: what crosses the wire between two members is CURVE's ciphertext. A relay
 // between the sender's DEALER and the receiver's ROUTER keeps what it carried: the payload's bytes
 // are there in the clear without encryption and nowhere with it, and the message arrives intact
-// either way (the membership proof still runs inside the encrypted connection).
+// either way (the membership proof still runs inside the encrypted connection), even at the frame
+// size limit.
 TEST(Encryption, PayloadBytesCrossTheWireOnlyWithoutEncryption) {
   realnet::LocalHost host({});
   constexpr std::size_t kPayload = 4096;
@@ -412,6 +413,7 @@ TEST(Encryption, PayloadBytesCrossTheWireOnlyWithoutEncryption) {
       auto o = labelled(std::move(label));
       o.job_token = "a-job-token-of-at-least-16-bytes";
       o.encrypt = encrypt;
+      o.max_payload_bytes = kPayload;  // at the limit: CURVE's sealing must not push it over
       return o;
     };
     const RelayedPair pair(host, options, sized(8, 5, kPayload));
