@@ -263,7 +263,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
   // Said once, either way: whoever reads the log knows whether the path could read the gradients.
   log("[pstwin] " + label +
       (env.encrypt
-           ? ": traffic is encrypted (ZeroMQ CURVE, keys derived from PSTWIN_JOB_TOKEN)"
+           ? ": traffic is encrypted (ZeroMQ CURVE, keys derived from the job token)"
            : ": traffic is not encrypted (anyone on the network path can read it; PSTWIN_ENCRYPT=curve "
              "encrypts the zmq van's; docs/SECURITY.md)"));
   const zeno::JobRoles roles(sc, cuda::device_factory());
