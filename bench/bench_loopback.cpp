@@ -12,10 +12,12 @@
 // average: on a shared machine, wall times are noisy. Usage:
 //   bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
 //                  [--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N]
-//                  [--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]
+//                  [--encrypt-ab N] [--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]
 // --auth-ab N: instead, the cost of job authentication (PSTWIN_JOB_TOKEN): N rounds per size, each
 // measuring blocking latency and pipelined throughput with a token and without, in alternating
 // order; prints the medians of each and their ratio.
+// --encrypt-ab N: the same for encryption (PSTWIN_ENCRYPT=curve, the zmq van): encrypted against
+// plain, both with a token.
 // --vans LIST: instead, the vans of LIST side by side, interleaved over --rounds rounds (3); "ucx:TLS"
 // is the ucx van with UCX_TLS=TLS (ucx:tcp is UCX over TCP; plain ucx takes UCX_TLS as found, by
 // default shared memory between these co-located nodes).
@@ -33,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -304,33 +307,57 @@ Sample sample(std::uint64_t size, const Plan& plan, int credit, const Overrides&
                                         static_cast<double>(pipeline.size()) / busy};
 }
 
-// Authenticated (a random token: every connection proves membership once) against unauthenticated
-// runs, interleaved so that drift in the machine's load hits both alike.
-int auth_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, const Overrides& sets,
-            pstwin::realnet::LocalRunOptions options, int rounds) {
-  std::printf("van %s; load average before: %s; authenticated / unauthenticated, %d interleaved rounds\n",
-              std::string(pstwin::realnet::van_name(options.van)).c_str(), load_average().c_str(), rounds);
+// A setting measured on and off: what the table calls each side, and how a run turns it on.
+struct Toggle {
+  std::string on;   // "with token"
+  std::string off;  // "without"
+  std::function<void(pstwin::realnet::LocalRunOptions&, bool)> apply;
+};
+
+// Authenticated (a random token: every connection proves membership once) against unauthenticated.
+Toggle job_authentication() {
+  return {"with token", "without", [](pstwin::realnet::LocalRunOptions& options, bool on) {
+            options.job_token = on ? std::nullopt : std::optional<std::string>("");
+          }};
+}
+
+// Encrypted (ZeroMQ CURVE, PSTWIN_ENCRYPT=curve) against plain, both with a random token.
+Toggle curve_encryption() {
+  return {"encrypted", "plain", [](pstwin::realnet::LocalRunOptions& options, bool on) {
+            options.job_token = std::nullopt;
+            options.encrypt = on;
+          }};
+}
+
+// The toggle on against off, interleaved so that drift in the machine's load hits both alike.
+int toggle_ab(const Toggle& toggle, const std::vector<std::uint64_t>& sizes, int credit, bool quick,
+              const Overrides& sets, pstwin::realnet::LocalRunOptions options, int rounds) {
+  const std::string ratio = toggle.on + " / " + toggle.off;
+  std::printf("van %s; load average before: %s; %u CPUs; %s, %d interleaved rounds\n",
+              std::string(pstwin::realnet::van_name(options.van)).c_str(), load_average().c_str(),
+              std::thread::hardware_concurrency(), ratio.c_str(), rounds);
   std::printf(
-      "| value | p50 with token / without | ratio | pipelined with token / without | ratio |\n"
-      "| --- | --- | --- | --- | --- |\n");
+      "| value | p50 %s | ratio | pipelined %s | ratio |\n"
+      "| --- | --- | --- | --- | --- |\n",
+      ratio.c_str(), ratio.c_str());
   for (const auto size : sizes) {
     const Plan plan = plan_for(size, quick);
     std::vector<double> p50[2], bps[2];
     for (int round = 0; round < rounds; ++round)
       for (int turn = 0; turn < 2; ++turn) {
-        const int with_token = (round + turn) % 2;
-        options.job_token = with_token ? std::nullopt : std::optional<std::string>("");
+        const int on = (round + turn) % 2;
+        toggle.apply(options, on == 1);
         const Sample got = sample(size, plan, credit, sets, options);
-        p50[with_token].push_back(got.p50);
-        bps[with_token].push_back(got.Bps);
+        p50[on].push_back(got.p50);
+        bps[on].push_back(got.Bps);
       }
     std::printf("| %s | %.1f / %.1f us | %.3f | %.3f / %.3f GB/s | %.3f |\n", size_text(size).c_str(),
                 median(p50[1]) * 1e6, median(p50[0]) * 1e6, median(p50[1]) / median(p50[0]),
                 median(bps[1]) / 1e9, median(bps[0]) / 1e9, median(bps[1]) / median(bps[0]));
     std::fflush(stdout);
   }
-  std::printf("load average after: %s (medians over the rounds; ratio = with token / without)\n",
-              load_average().c_str());
+  std::printf("load average after: %s (medians over the rounds; ratio = %s)\n", load_average().c_str(),
+              ratio.c_str());
   return 0;
 }
 
@@ -431,6 +458,7 @@ int van_ab(const std::vector<std::uint64_t>& sizes, int credit, bool quick, cons
 int main(int argc, char** argv) {
   std::vector<std::uint64_t> sizes{4096, 1 << 20, 16 << 20};
   int auth_rounds = 0;
+  int encrypt_rounds = 0;
   std::vector<VanColumn> van_columns;
   int van_rounds = 3;
   int credit = 4;
@@ -447,6 +475,9 @@ int main(int argc, char** argv) {
       } else if (arg == "--auth-ab" && has_value) {
         auth_rounds = std::stoi(argv[++i]);
         if (auth_rounds < 1) throw std::invalid_argument("--auth-ab: expected a number of rounds >= 1");
+      } else if (arg == "--encrypt-ab" && has_value) {
+        encrypt_rounds = std::stoi(argv[++i]);
+        if (encrypt_rounds < 1) throw std::invalid_argument("--encrypt-ab: expected a number of rounds >= 1");
       } else if (arg == "--only" && has_value) {
         only = argv[++i];
         if (only != "latency" && only != "pipelined" && only != "tcp")
@@ -484,10 +515,16 @@ int main(int argc, char** argv) {
         throw std::invalid_argument(
             "unknown argument '" + arg +
             "'; usage: bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
-            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N] "
+            "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N] [--encrypt-ab N] "
             "[--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]");
       }
     }
+    if (auth_rounds > 0 && encrypt_rounds > 0)
+      throw std::invalid_argument("--auth-ab and --encrypt-ab: one at a time");
+    if (const auto why = pstwin::realnet::encryption_unavailable(run_options.van);
+        encrypt_rounds > 0 && !why.empty())
+      throw std::invalid_argument("--encrypt-ab with --van " +
+                                  std::string(pstwin::realnet::van_name(run_options.van)) + ": " + why);
   } catch (const std::exception& e) {
     std::cerr << "bench_loopback: " << e.what() << "\n";
     return 2;
@@ -501,9 +538,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (auth_rounds > 0) {
+  if (auth_rounds > 0 || encrypt_rounds > 0) {
     try {
-      return auth_ab(sizes, credit, quick, sets, run_options, auth_rounds);
+      return auth_rounds > 0
+                 ? toggle_ab(job_authentication(), sizes, credit, quick, sets, run_options, auth_rounds)
+                 : toggle_ab(curve_encryption(), sizes, credit, quick, sets, run_options, encrypt_rounds);
     } catch (const std::exception& e) {
       std::cerr << "bench_loopback: " << e.what() << "\n";
       return 1;

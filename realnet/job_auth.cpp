@@ -18,6 +18,8 @@ constexpr std::string_view kHelloTag = "PSTWHELO";
 // Domain separation: a key or MAC made for this purpose means nothing anywhere else.
 constexpr std::string_view kKeyContext = "pstwin job key v1";
 constexpr std::string_view kProofContext = "pstwin membership proof v1";
+// crypto_kdf's context: exactly crypto_kdf_CONTEXTBYTES characters.
+constexpr std::string_view kCurveContext = "pstwcurv";
 
 void init_sodium() {
   static const bool ready = sodium_init() >= 0;
@@ -38,6 +40,14 @@ HandshakeBytes tagged(std::string_view tag) {
 
 static_assert(crypto_auth_BYTES == kHandshakeBytes - kTagBytes);
 static_assert(crypto_auth_KEYBYTES == 32);
+static_assert(kCurveContext.size() == crypto_kdf_CONTEXTBYTES);
+static_assert(crypto_kdf_KEYBYTES == 32);
+static_assert(crypto_scalarmult_BYTES == CurveKeyPair::kBytes);
+static_assert(crypto_scalarmult_SCALARBYTES == CurveKeyPair::kBytes);
+
+CurveKeyPair::~CurveKeyPair() {
+  sodium_memzero(secret_key.data(), secret_key.size());
+}
 
 JobKey::JobKey(std::string_view token) {
   init_sodium();
@@ -77,6 +87,17 @@ bool JobKey::verify(std::span<const std::byte> challenge, std::span<const std::b
   if (!expected) return false;
   return sodium_memcmp(expected->data() + kTagBytes, proof.data() + kTagBytes, kHandshakeBytes - kTagBytes) ==
          0;
+}
+
+// The secret is a subkey of the job key (so it says nothing about the MAC key, nor that about it);
+// the public key is its Curve25519 base-point multiple, as zmq_curve_public computes it.
+CurveKeyPair JobKey::curve_keys() const {
+  CurveKeyPair keys;
+  crypto_kdf_derive_from_key(keys.secret_key.data(), keys.secret_key.size(), 1, kCurveContext.data(),
+                             key_.data());
+  if (crypto_scalarmult_base(keys.public_key.data(), keys.secret_key.data()) != 0)
+    throw std::runtime_error("libsodium could not derive the job's CURVE public key");
+  return keys;
 }
 
 std::string JobKey::random_token() {

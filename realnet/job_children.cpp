@@ -143,7 +143,7 @@ std::vector<std::string> environment_without_job_variables() {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry(*e);
     if (entry.starts_with("DMLC_") || entry.starts_with("BYTEPS_") || entry.starts_with("PS_") ||
-        entry.starts_with("PSTWIN_JOB_TOKEN="))
+        entry.starts_with("PSTWIN_JOB_TOKEN=") || entry.starts_with("PSTWIN_ENCRYPT="))
       continue;
     env.push_back(entry);
   }

@@ -83,7 +83,8 @@ int free_local_port();
 std::string format_seconds(double seconds);
 
 // This process's environment for a launcher's children, NAME=VALUE each, without the BytePS/ps-lite
-// variables (DMLC_*, BYTEPS_*, PS_*) and PSTWIN_JOB_TOKEN: the launcher gives each node the job's own.
+// variables (DMLC_*, BYTEPS_*, PS_*), PSTWIN_JOB_TOKEN and PSTWIN_ENCRYPT: the launcher gives each
+// node the job's own.
 std::vector<std::string> environment_without_job_variables();
 
 // How a launcher watches its children (`pstwin run`, `pstwin launch`).

@@ -201,6 +201,7 @@ RunReport launch_job(const Scenario& sc, const JobLaunchOptions& options) {
       // A fresh secret per job, on stdin only: its nodes prove it on every connection.
       {"PSTWIN_JOB_TOKEN", JobKey::random_token()}};
   if (sc.roles.validators > 0) job_env["DMLC_NUM_VALIDATOR"] = std::to_string(sc.roles.validators);
+  if (options.encrypt) job_env["PSTWIN_ENCRYPT"] = "curve";
   const std::string scenario_text = resolved_toml(sc);
   log("scheduler on " + hosts.front().name + " (" + hosts.front().address + ":" + std::to_string(port) +
       "), node reports and logs in " + options.parts_dir);

@@ -177,6 +177,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
                    "BYTEPS_FORCE_DISTRIBUTED=1", "DMLC_PS_VAN_TYPE=" + std::string(van_name(options.van))});
   if (sc.roles.validators > 0)
     base_env.push_back("DMLC_NUM_VALIDATOR=" + std::to_string(sc.roles.validators));
+  base_env.push_back(std::string("PSTWIN_ENCRYPT=") + (options.encrypt ? "curve" : "none"));
   // Namespace hosts share one kernel, so UCX would see shared memory between them and carry their
   // bytes past the emulated links (its shared-memory transports also fail across namespaces): TCP
   // only, unless the user chose UCX_TLS.

@@ -41,6 +41,7 @@ struct JobRunOptions {
   // process ended with status 0 (`completed`, `failure`).
   std::vector<std::string> command;
   Van van = Van::kZmq;                          // every node's transport (DMLC_PS_VAN_TYPE)
+  bool encrypt = false;                         // PSTWIN_ENCRYPT=curve for every node (zmq van only)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };
 

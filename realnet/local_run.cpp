@@ -44,6 +44,7 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
                                                          .bind = "127.0.0.1:*",
                                                          .linger_ms = 0,
                                                          .job_token = job_token,
+                                                         .encrypt = options.encrypt,
                                                          .max_payload_bytes = max_payload_bytes}));
     nodes.back()->inject_faults(sc);
     return *nodes.back();

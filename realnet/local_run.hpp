@@ -27,6 +27,7 @@ struct LocalRunOptions {
   // The job token every node proves on every connection (realnet/job_auth.hpp): nullopt makes a
   // random one, as `pstwin run` does; "" runs without one.
   std::optional<std::string> job_token;
+  bool encrypt = false;  // PSTWIN_ENCRYPT=curve on every node (the zmq van; needs a job token)
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});

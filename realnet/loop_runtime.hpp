@@ -133,6 +133,10 @@ struct NodeRuntimeOptions {
   // PSTWIN_JOB_TOKEN: every connection to this node proves with it that its process belongs to the
   // job before anything it sends is read (realnet/job_auth.hpp); "": no proof asked or given.
   std::string job_token;
+  // PSTWIN_ENCRYPT=curve: every connection of the ZeroMQ van is encrypted with ZeroMQ CURVE under the
+  // key pair job_token gives (JobKey::curve_keys); make_node_runtime refuses it without a token or on
+  // another van.
+  bool encrypt = false;
   // The largest payload a frame may announce (the scenario's largest message, max_frame_payload()):
   // a header announcing more is refused before anything is allocated for it. 0: DecodeLimits' default.
   std::uint64_t max_payload_bytes = 0;

@@ -95,7 +95,7 @@ const std::vector<std::string>& node_env_variables() {
       "DMLC_NODE_HOST", "DMLC_NODE_PORT", "DMLC_INTERFACE", "BYTEPS_PARTITION_BYTES", "BYTEPS_ENABLE_ASYNC",
       "BYTEPS_SERVER_ENGINE_THREAD", "BYTEPS_FORCE_DISTRIBUTED", "PS_VERBOSE", "BYTEPS_LOG_LEVEL",
       "DMLC_PS_VAN_TYPE", "PSTWIN_NIC_RATE", "PSTWIN_PACING", "PSTWIN_HOST", "PSTWIN_JOB_START",
-      "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN", "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX",
+      "PSTWIN_PARTITIONS", "PSTWIN_JOB_TOKEN", "PSTWIN_ENCRYPT", "DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX",
       // Read by pstwin.torch's DistributedOptimizer (docs/API.md), not by the node.
       "PSTWIN_WORKLOAD_RECORD"};
   return names;
@@ -410,6 +410,21 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
                          "-hex 32` (`pstwin run` makes one per job)");
     out.job_token = *v;
   }
+  if (const auto* v = find(env, "PSTWIN_ENCRYPT"); v != nullptr && !v->empty()) {
+    if (*v != "curve" && *v != "none")
+      bad("PSTWIN_ENCRYPT", *v,
+          "curve (the ZeroMQ van encrypts every connection with CURVE keys derived from PSTWIN_JOB_TOKEN) "
+          "or none (the default), the same on every node of the job");
+    out.encrypt = *v == "curve";
+  }
+  if (out.encrypt && out.job_token.empty())
+    throw NodeEnvError(
+        "PSTWIN_ENCRYPT=curve needs PSTWIN_JOB_TOKEN, from which the job's CURVE keys are derived: set "
+        "PSTWIN_JOB_TOKEN to the job's secret, the same on every node (e.g. the output of `openssl rand "
+        "-hex 32`; `pstwin run` makes one per job), or unset PSTWIN_ENCRYPT");
+  if (const auto why = encryption_unavailable(out.van); out.encrypt && !why.empty())
+    throw NodeEnvError("PSTWIN_ENCRYPT=curve with DMLC_PS_VAN_TYPE=" + std::string(van_name(out.van)) + ": " +
+                       why);
   return out;
 }
 

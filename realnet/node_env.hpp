@@ -60,6 +60,9 @@ struct NodeEnv {
   // PSTWIN_JOB_TOKEN: the job's secret; every connection between its nodes proves it
   // (realnet/job_auth.hpp). "": the node runs unauthenticated (and says so).
   std::string job_token;
+  // PSTWIN_ENCRYPT=curve: the ZeroMQ van encrypts every connection with CURVE keys derived from
+  // job_token (refused without a token or on another van); "none" or unset: plain TCP.
+  bool encrypt = false;
 
   std::string scheduler_address() const { return root_uri + ":" + std::to_string(root_port); }
   // Where this node binds: the scheduler on the root address, others on node_host, on DMLC_NODE_PORT or

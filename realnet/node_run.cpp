@@ -260,6 +260,12 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
         ": PSTWIN_JOB_TOKEN is not set: this node runs unauthenticated (any process that reaches its "
         "port can join the job; docs/SECURITY.md)");
   }
+  // Said once, either way: whoever reads the log knows whether the path could read the gradients.
+  log("[pstwin] " + label +
+      (env.encrypt
+           ? ": traffic is encrypted (ZeroMQ CURVE, keys derived from the job token)"
+           : ": traffic is not encrypted (anyone on the network path can read it; PSTWIN_ENCRYPT=curve "
+             "encrypts the zmq van's; docs/SECURITY.md)"));
   const zeno::JobRoles roles(sc, cuda::device_factory());
   const SyntheticWorkload& workload = roles.workload();
   InvariantChecker checker(sc, workload);
@@ -316,6 +322,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
                                                       .nic_rate_Bps = nic_rate_Bps,
                                                       .kernel_pacing = env.kernel_pacing,
                                                       .job_token = env.job_token,
+                                                      .encrypt = env.encrypt,
                                                       .max_payload_bytes = max_frame_payload(sc, workload)});
   LoopRuntime& rt = *runtime;
   self_runtime = &rt;

@@ -24,7 +24,11 @@ class LoopRuntime;
 class LocalHost;
 struct NodeRuntimeOptions;
 
-// A node runtime over `van`; binds before returning (throws BindError if it cannot).
+// Why `van` cannot encrypt ("" when it can): only the ZeroMQ van has CURVE.
+std::string encryption_unavailable(Van van);
+
+// A node runtime over `van`; binds before returning (throws BindError if it cannot). Throws
+// std::invalid_argument for options.encrypt without a job token or on a van that cannot encrypt.
 std::unique_ptr<LoopRuntime> make_node_runtime(Van van, LocalHost& host, NodeRuntimeOptions options);
 
 }  // namespace pstwin::realnet

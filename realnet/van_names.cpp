@@ -35,4 +35,11 @@ std::string_view van_unavailable(Van van) {
 #endif
 }
 
+std::string encryption_unavailable(Van van) {
+  if (van == Van::kZmq) return {};
+  return "the " + std::string(van_name(van)) +
+         " van cannot encrypt: use the zmq van (DMLC_PS_VAN_TYPE=zmq, pstwin run --van zmq), whose ZeroMQ "
+         "CURVE encryption PSTWIN_ENCRYPT=curve turns on, or leave encryption off";
+}
+
 }  // namespace pstwin::realnet

@@ -34,6 +34,22 @@ namespace {
 // once, each for at most this long; the rest are refused.
 constexpr std::size_t kMaxUnproven = 256;
 constexpr double kHandshakeTimeoutS = 5;
+// What CURVE adds around each frame on the wire (CurveZMQ's MESSAGE command): the command name and
+// nonce (16 bytes), a flags byte and the box's MAC (16 bytes).
+constexpr std::int64_t kCurveFrameOverhead = 33;
+
+// A CURVE key as ZeroMQ's socket options take it: 32 bytes, binary.
+zmq::const_buffer key_buffer(const std::array<unsigned char, CurveKeyPair::kBytes>& key) {
+  return zmq::buffer(key.data(), key.size());
+}
+
+// Before connecting: the socket presents `keys` and expects the server to hold them too (every
+// member of an encrypted job holds the same pair).
+void make_curve_client(zmq::socket_t& socket, const CurveKeyPair& keys) {
+  socket.set(zmq::sockopt::curve_serverkey, key_buffer(keys.public_key));
+  socket.set(zmq::sockopt::curve_publickey, key_buffer(keys.public_key));
+  socket.set(zmq::sockopt::curve_secretkey, key_buffer(keys.secret_key));
+}
 
 std::span<const std::byte> bytes_of(const zmq::message_t& frame) {
   return {frame.data<std::byte>(), frame.size()};
@@ -91,8 +107,22 @@ class ZmqNodeRuntime::Sockets {
     router_.set(zmq::sockopt::rcvhwm, 0);  // never drop or block: the protocol bounds its own traffic
     if (owner.options_.max_payload_bytes > 0) limits_.max_payload_bytes = owner.options_.max_payload_bytes;
     if (!owner.options_.job_token.empty()) key_.emplace(owner.options_.job_token);
-    // ZeroMQ refuses a larger frame as it reads its length and drops that connection.
-    router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(limits_.max_payload_bytes));
+    if (owner.options_.encrypt) {
+      if (!key_) throw std::invalid_argument("ZeroMQ CURVE encryption needs a job token");
+      if (zmq_has("curve") == 0)
+        throw std::runtime_error(
+            "PSTWIN_ENCRYPT=curve: this libzmq was built without CURVE (libsodium): install a libzmq "
+            "with it (Debian's libzmq5 has it) or leave encryption off");
+      curve_.emplace(key_->curve_keys());
+      // Every member holds the job's key pair: the ROUTER serves with it, and a peer that cannot
+      // complete the CURVE handshake (no keys, another job's) never reaches the membership proof.
+      router_.set(zmq::sockopt::curve_server, true);
+      router_.set(zmq::sockopt::curve_secretkey, key_buffer(curve_->secret_key));
+    }
+    // ZeroMQ refuses a larger frame as it reads its length and drops that connection. With CURVE it
+    // reads the length of the sealed frame, which is larger.
+    router_.set(zmq::sockopt::maxmsgsize,
+                static_cast<std::int64_t>(limits_.max_payload_bytes) + (curve_ ? kCurveFrameOverhead : 0));
     try {
       router_.bind("tcp://" + owner_.options_.bind);
     } catch (const zmq::error_t& e) {
@@ -115,10 +145,11 @@ class ZmqNodeRuntime::Sockets {
   void connect(NodeId id, const std::string& address) {
     auto it = dealers_.find(address);
     if (it == dealers_.end()) {
-      Dealer dealer{zmq::socket_t(context_, zmq::socket_type::dealer), !key_.has_value(), -1, std::nullopt,
-                    -1};
+      Dealer dealer{
+          zmq::socket_t(context_, zmq::socket_type::dealer), !key_.has_value(), -1, std::nullopt, -1, false};
       dealer.socket.set(zmq::sockopt::linger, std::max(owner_.options_.linger_ms, 0));
       dealer.socket.set(zmq::sockopt::sndhwm, 0);
+      if (curve_) make_curve_client(dealer.socket, *curve_);
       dealer.socket.connect("tcp://" + address);
       if (key_) {
         // ZeroMQ reconnects a dropped connection by itself, and the peer's ROUTER sees a new connection
@@ -419,8 +450,15 @@ class ZmqNodeRuntime::Sockets {
       if (dealer.proven) {
         dealer.proven = false;
         ++unproven_dealers_;
+        owner_.log("connection to " + address + " dropped; proving membership again when it is back");
+      } else if (!dealer.dropped_unproven) {
+        // Said once: ZeroMQ keeps reconnecting, and a peer that refuses this node's CURVE handshake
+        // (or its lack of one) drops every attempt.
+        dealer.dropped_unproven = true;
+        owner_.log("connection to " + address +
+                   " dropped before it proved membership; trying again (does the node there have this "
+                   "job's PSTWIN_JOB_TOKEN and the same PSTWIN_ENCRYPT?)");
       }
-      owner_.log("connection to " + address + " dropped; proving membership again when it is back");
       ask_challenge(dealer.socket);
     }
   }
@@ -451,6 +489,7 @@ class ZmqNodeRuntime::Sockets {
     int fd = -1;                           // ZMQ_FD, polled while not proven
     std::optional<zmq::socket_t> monitor;  // with a job key: the socket's disconnections
     int monitor_fd = -1;
+    bool dropped_unproven = false;  // a connection dropped before it proved membership was logged
   };
   // A connection to our ROUTER that was sent a challenge and has not answered it yet.
   struct Unproven {
@@ -461,8 +500,9 @@ class ZmqNodeRuntime::Sockets {
 
   ZmqNodeRuntime& owner_;
   DecodeLimits limits_{};
-  std::optional<JobKey> key_;  // PSTWIN_JOB_TOKEN's
-  zmq::context_t context_{1};  // first: destroyed last, after every socket
+  std::optional<JobKey> key_;          // PSTWIN_JOB_TOKEN's
+  std::optional<CurveKeyPair> curve_;  // with PSTWIN_ENCRYPT=curve: the job's, from key_
+  zmq::context_t context_{1};          // first: destroyed last, after every socket
   zmq::socket_t router_{context_, zmq::socket_type::router};
   std::map<std::string, Dealer> dealers_;  // one per peer address
   std::map<NodeId, Dealer*> routes_;
@@ -525,8 +565,10 @@ struct RawDealer::Sockets {
   zmq::socket_t dealer{context, zmq::socket_type::dealer};
 };
 
-RawDealer::RawDealer(std::string_view address) : sockets_(std::make_unique<Sockets>()) {
+RawDealer::RawDealer(std::string_view address, const std::optional<CurveKeyPair>& curve)
+    : sockets_(std::make_unique<Sockets>()) {
   sockets_->dealer.set(zmq::sockopt::linger, 2000);
+  if (curve) make_curve_client(sockets_->dealer, *curve);
   sockets_->dealer.connect("tcp://" + std::string(address));
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "realnet/job_auth.hpp"
 #include "realnet/loop_runtime.hpp"
 
 namespace pstwin::realnet {
@@ -45,10 +46,12 @@ class ZmqNodeRuntime final : public LoopRuntime {
 };
 
 // A bare ZeroMQ DEALER connected to one node's ROUTER, for tests and fuzzing tools: sends multipart
-// messages of raw frames and receives single frames (a membership challenge) back.
+// messages of raw frames and receives single frames (a membership challenge) back. With `curve`, it
+// is a CURVE client presenting that key pair and expecting it as the server's (an encrypted job's
+// keys, or another job's).
 class RawDealer {
  public:
-  explicit RawDealer(std::string_view address);
+  explicit RawDealer(std::string_view address, const std::optional<CurveKeyPair>& curve = std::nullopt);
   ~RawDealer();
   RawDealer(const RawDealer&) = delete;
   RawDealer& operator=(const RawDealer&) = delete;

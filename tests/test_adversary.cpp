@@ -2,8 +2,9 @@
 // job's token tries to register (before and after the real nodes did), sends random, truncated and
 // oversized bytes and 4 GiB claims, holds thousands of idle connections and proves membership a byte
 // at a time; without a token (unauthenticated runs) it sends malformed frames and messages claiming
-// another node's id. Every job must still end with 0 violations and the simulator's model, the
-// outsider must learn nothing, and each attacked node must count what it refused.
+// another node's id; against an encrypted job (ZeroMQ CURVE) it connects without the job's keys.
+// Every job must still end with 0 violations and the simulator's model, the outsider must learn
+// nothing, and each attacked node must count what it refused.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -13,10 +14,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -187,15 +192,14 @@ std::size_t idle_connection_budget() {
 
 using testing::address_of;
 
-class Adversary : public ::testing::TestWithParam<Van> {
- protected:
-  static std::string simulated_digest(const Scenario& sc) {
-    const auto simulated = sim::run_isolated({sc}, 1);  // forks: before any thread of this test
-    EXPECT_EQ(simulated.size(), 1u);
-    EXPECT_TRUE(simulated[0].ok()) << failure_text(simulated[0]);
-    return simulated[0].model_digest;
-  }
-};
+std::string simulated_digest(const Scenario& sc) {
+  const auto simulated = sim::run_isolated({sc}, 1);  // forks: before any thread of this test
+  EXPECT_EQ(simulated.size(), 1u);
+  EXPECT_TRUE(simulated[0].ok()) << failure_text(simulated[0]);
+  return simulated[0].model_digest;
+}
+
+class Adversary : public ::testing::TestWithParam<Van> {};
 
 // The epoll van's outsider speaks TCP: it reads the challenge and answers it wrongly or not at all.
 void attack_epoll_with_token(const Scenario& sc, const std::string& address, const Listener& listener,
@@ -420,6 +424,62 @@ TEST_P(Adversary, UnauthenticatedNodesRefuseMalformedOversizedAndForgedFrames) {
 
 INSTANTIATE_TEST_SUITE_P(BothVans, Adversary, ::testing::Values(Van::kZmq, Van::kEpoll),
                          [](const auto& van) { return std::string(realnet::van_name(van.param)); });
+
+// PSTWIN_ENCRYPT=curve: a peer that cannot complete the CURVE handshake (a plain DEALER, or one with
+// another job's keys) never reaches the membership proof: its hello gets no challenge, its bytes reach
+// no node. A DEALER with this job's keys does get one, so the silence is the keys' doing. The job ends
+// with the simulator's model.
+TEST(Encryption, PeerWithoutTheJobsKeysGetsNothingAndTheJobEndsWithTheSimulatorsModel) {
+  const Scenario sc = long_quickstart();
+  const std::string expected_digest = simulated_digest(sc);
+  const std::string token = "the token of this encrypted job, 32+";
+  realnet::LocalRunOptions options;
+  options.van = Van::kZmq;
+  options.job_token = token;
+  options.encrypt = true;
+  options.log = [](std::string_view) {};
+  const auto hello = realnet::hello_bytes();
+  const std::string hello_frame(reinterpret_cast<const char*>(hello.data()), hello.size());
+  std::vector<std::string> answered;  // "<node> <who>" for each dealer that was sent a challenge
+  options.on_started = [&](const std::vector<std::pair<std::string, std::string>>& nodes) {
+    for (const std::string node : {"scheduler", "server 0"}) {
+      const std::string address = address_of(nodes, node);
+      const std::vector<std::pair<std::string, std::optional<realnet::CurveKeyPair>>> dealers{
+          {"plain", std::nullopt},
+          {"another job's keys", realnet::JobKey("another job's token, 32 chars...").curve_keys()},
+          {"this job's keys", realnet::JobKey(token).curve_keys()}};
+      for (const auto& [who, keys] : dealers) {
+        realnet::RawDealer dealer(address, keys);
+        dealer.send({hello_frame});
+        if (dealer.receive(1500).has_value()) answered.push_back(node + " " + who);
+      }
+      for (std::uint32_t seed = 1; seed <= 2; ++seed) realnet::send_raw(address, {random_bytes(4096, seed)});
+    }
+  };
+  const auto report = realnet::run_local(sc, options);
+  EXPECT_TRUE(report.completed) << failure_text(report);
+  EXPECT_EQ(report.violation_count, 0u) << failure_text(report);
+  EXPECT_EQ(report.model_digest, expected_digest);
+  EXPECT_EQ(answered, (std::vector<std::string>{"scheduler this job's keys", "server 0 this job's keys"}));
+}
+
+// The CURVE key pair depends on the token alone: every member derives the same, another token
+// another; its public half is the secret's, as ZeroMQ computes it.
+TEST(JobKey, CurveKeysComeFromTheTokenAlone) {
+  const auto keys = realnet::JobKey("a token of this job, 32 chars...").curve_keys();
+  const auto again = realnet::JobKey("a token of this job, 32 chars...").curve_keys();
+  const auto other = realnet::JobKey("another job's token, 32 chars...").curve_keys();
+  EXPECT_EQ(keys.public_key, again.public_key);
+  EXPECT_EQ(keys.secret_key, again.secret_key);
+  EXPECT_NE(keys.public_key, other.public_key);
+  EXPECT_NE(keys.secret_key, other.secret_key);
+  EXPECT_NE(keys.public_key, keys.secret_key);
+  std::array<char, 41> secret_z85{}, public_z85{}, expected_z85{};
+  ASSERT_NE(zmq_z85_encode(secret_z85.data(), keys.secret_key.data(), keys.secret_key.size()), nullptr);
+  ASSERT_EQ(zmq_curve_public(public_z85.data(), secret_z85.data()), 0);
+  ASSERT_NE(zmq_z85_encode(expected_z85.data(), keys.public_key.data(), keys.public_key.size()), nullptr);
+  EXPECT_STREQ(public_z85.data(), expected_z85.data());
+}
 
 TEST(JobKey, ProofAnswersOnlyItsChallengeUnderTheSameToken) {
   const realnet::JobKey key("a token of this job, 32 chars...");

@@ -206,6 +206,28 @@ TEST(Launch, LocalHostfileGivesTheSimulatorsModelDigest) {
   EXPECT_EQ(testing::read_json(dir / "merged" / "results.json")["model_digest"], digest);
 }
 
+// `pstwin launch --encrypt curve`: the launch message turns encryption on for every node (each says
+// so), and the job ends with the simulator's model.
+TEST(Encryption, LaunchedJobEncryptsEveryNodeAndEndsWithTheSimulatorsModel) {
+  const auto dir = testing::fresh_dir("launch-encrypted");
+  std::ofstream(dir / "hosts") << "127.0.0.1\n";
+  const std::string sets = " --set workload.iterations=2 --set roles.workers=2 --set roles.servers=1";
+  const auto launched = testing::run_pstwin(
+      "launch scenarios/quickstart.toml --hostfile " + (dir / "hosts").string() +
+      " --rsh 'env LAUNCH_HOST={host}' --encrypt curve -q --out " + (dir / "real").string() + sets);
+  ASSERT_EQ(launched.exit_code, 0) << launched.output;
+  const std::string digest = testing::simulated_digest("scenarios/quickstart.toml" + sets, dir / "sim");
+  EXPECT_EQ(testing::read_json(dir / "real" / "results.json")["model_digest"], digest);
+  int logs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "real" / "parts")) {
+    if (entry.path().extension() != ".log") continue;
+    ++logs;
+    EXPECT_NE(testing::read_text(entry.path()).find("traffic is encrypted (ZeroMQ CURVE"), std::string::npos)
+        << entry.path();
+  }
+  EXPECT_EQ(logs, 4);  // the scheduler, a server and two workers
+}
+
 // A node that cannot start fails the job, naming the node, its host and what its shell said; SIGTERM
 // to the launcher kills every node it started.
 TEST(Launch, FailedNodeOrSignalStopsEveryNode) {

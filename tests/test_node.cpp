@@ -230,6 +230,41 @@ TEST(Node, WithoutATokenANodeSaysSoAndRequireTokenRefusesToStart) {
       << open.output();
 }
 
+// `pstwin node` with PSTWIN_ENCRYPT=curve: refused (exit 2) without the token its keys come from or on
+// a van without CURVE, naming the variable; with both it says once that its traffic is encrypted, and
+// a node without it that its traffic is not.
+TEST(Encryption, NodeRefusesCurveWithoutATokenOrOnTheEpollVanAndSaysWhetherItEncrypts) {
+  PortHolder reserved;
+  const int port = reserved.port();
+  reserved.close();
+  Env env = worker_env(0, port);
+  env["DMLC_NUM_WORKER"] = "1";
+  env["PSTWIN_ENCRYPT"] = "curve";
+  Env no_token = env;
+  no_token.erase("PSTWIN_JOB_TOKEN");
+  NodeProcess without_token("no-token", no_token, kQuickstart);
+  EXPECT_EQ(without_token.wait_until(Clock::now() + std::chrono::seconds(10)), 2) << without_token.output();
+  EXPECT_NE(without_token.output().find("PSTWIN_ENCRYPT=curve needs PSTWIN_JOB_TOKEN"), std::string::npos)
+      << without_token.output();
+  Env epoll = env;
+  epoll["DMLC_PS_VAN_TYPE"] = "epoll";
+  NodeProcess on_epoll("epoll", epoll, kQuickstart);
+  EXPECT_EQ(on_epoll.wait_until(Clock::now() + std::chrono::seconds(10)), 2) << on_epoll.output();
+  EXPECT_NE(on_epoll.output().find("DMLC_PS_VAN_TYPE=epoll: the epoll van cannot encrypt"), std::string::npos)
+      << on_epoll.output();
+
+  std::vector<std::string> args = kQuickstart;
+  args.insert(args.end(), {"--set", "ps.connect_timeout=0.3"});
+  NodeProcess encrypted("encrypted", env, args);  // no scheduler: it gives up after the connect timeout
+  EXPECT_EQ(encrypted.wait_until(Clock::now() + std::chrono::seconds(20)), 1) << encrypted.output();
+  EXPECT_NE(encrypted.output().find("traffic is encrypted (ZeroMQ CURVE"), std::string::npos)
+      << encrypted.output();
+  env.erase("PSTWIN_ENCRYPT");
+  NodeProcess plain("plain", env, args);
+  EXPECT_EQ(plain.wait_until(Clock::now() + std::chrono::seconds(20)), 1) << plain.output();
+  EXPECT_NE(plain.output().find("traffic is not encrypted"), std::string::npos) << plain.output();
+}
+
 // A node on its own keeps to run.time_limit (wall clock), not sim.max_time (simulated time).
 TEST(Node, TimeLimitEndsANodeThatWaitsTooLong) {
   PortHolder reserved;

@@ -391,6 +391,28 @@ TEST(NodeEnv, PacingIsTheVansOrTheKernelsByName) {
   EXPECT_NE(error.find("SO_MAX_PACING_RATE"), std::string::npos) << error;
 }
 
+// PSTWIN_ENCRYPT: curve or none; curve needs the token its keys come from and the van that has
+// CURVE, and each refusal names what to set. A misspelled name is caught as every other one is.
+TEST(Encryption, EnvironmentAsksForCurveOnlyWithATokenOnTheZmqVan) {
+  const Env token = with(worker_env(), "PSTWIN_JOB_TOKEN", "a token of this job, 32 chars...");
+  EXPECT_FALSE(parse_node_env(token).encrypt);  // unset: plain TCP
+  EXPECT_FALSE(parse_node_env(with(token, "PSTWIN_ENCRYPT", "none")).encrypt);
+  EXPECT_TRUE(parse_node_env(with(token, "PSTWIN_ENCRYPT", "curve")).encrypt);
+  const auto unknown = error_of(with(token, "PSTWIN_ENCRYPT", "tls"));
+  EXPECT_NE(unknown.find("PSTWIN_ENCRYPT=\"tls\": expected curve"), std::string::npos) << unknown;
+  const auto no_token = error_of(with(worker_env(), "PSTWIN_ENCRYPT", "curve"));
+  EXPECT_NE(no_token.find("PSTWIN_ENCRYPT=curve needs PSTWIN_JOB_TOKEN"), std::string::npos) << no_token;
+  for (const std::string van : {"epoll", "ucx"}) {
+    const auto error = error_of(with(with(token, "PSTWIN_ENCRYPT", "curve"), "DMLC_PS_VAN_TYPE", van));
+    EXPECT_NE(error.find("DMLC_PS_VAN_TYPE=" + van), std::string::npos) << error;
+    if (van_unavailable(Van::kUcx).empty() || van == "epoll") {
+      EXPECT_NE(error.find("use the zmq van"), std::string::npos) << error;
+    }
+  }
+  EXPECT_NE(name_error_of({{"PSTWIN_ENCRIPT", "curve"}}).find("did you mean PSTWIN_ENCRYPT?"),
+            std::string::npos);
+}
+
 TEST(NodeEnv, HostNamesWhatIsLocalToAHost) {
   EXPECT_EQ(parse_node_env(worker_env()).host, "");  // unset: the machine's host name, at run time
   EXPECT_EQ(parse_node_env(with(worker_env(), "PSTWIN_HOST", "h1")).host, "h1");

@@ -59,6 +59,15 @@ nlohmann::json results(const std::filesystem::path& dir) {
   return nlohmann::json::parse(read_text(dir / "results.json"));
 }
 
+// The model digest of `pstwin sim` of quickstart with two iterations, run into dir/sim.
+std::string two_iteration_sim_digest(const std::filesystem::path& dir) {
+  Pstwin sim({"sim", "scenarios/quickstart.toml", "-q", "--set", "workload.iterations=2", "--out",
+              (dir / "sim").string()},
+             dir / "sim.log");
+  EXPECT_EQ(sim.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << sim.output();
+  return results(dir / "sim")["model_digest"];
+}
+
 std::vector<std::string> run_args(const std::string& scenario, const std::filesystem::path& out,
                                   const std::vector<std::string>& sets, bool quiet = true) {
   std::vector<std::string> args{"run", scenario, "--out", out.string()};
@@ -115,33 +124,56 @@ TEST(Run, LoadBalancingReportsDecisionsAndCountsUpdatesByThem) {
 // The core promise: sync mode, real payloads, fixed summation order => the same final model.
 TEST(Run, SameModelDigestAsSim) {
   TempDir dir("digest");
-  Pstwin sim({"sim", "scenarios/quickstart.toml", "-q", "--set", "workload.iterations=2", "--out",
-              (dir.path() / "sim").string()},
-             dir.path() / "sim.log");
-  ASSERT_EQ(sim.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << sim.output();
+  const std::string digest = two_iteration_sim_digest(dir.path());
   Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "run", {"workload.iterations=2"}),
              dir.path() / "run.log");
   ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
-  const std::string digest = results(dir.path() / "sim")["model_digest"];
   EXPECT_FALSE(digest.empty());
   EXPECT_EQ(results(dir.path() / "run")["model_digest"], digest);
+}
+
+// `pstwin run --encrypt curve`: every node encrypts (each says so in its log) and the job ends with the
+// simulator's model; with a van that cannot encrypt, the launcher refuses before starting anything.
+TEST(Encryption, EncryptedRunEndsWithTheSimulatorsModel) {
+  TempDir dir("encrypt");
+  const std::string digest = two_iteration_sim_digest(dir.path());
+  auto args = run_args("scenarios/quickstart.toml", dir.path() / "run", {"workload.iterations=2"});
+  args.insert(args.end(), {"--encrypt", "curve"});
+  Pstwin run(args, dir.path() / "run.log");
+  ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
+  EXPECT_FALSE(digest.empty());
+  EXPECT_EQ(results(dir.path() / "run")["model_digest"], digest);
+  int logs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() / "run" / "parts")) {
+    if (entry.path().extension() != ".log") continue;
+    ++logs;
+    EXPECT_NE(read_text(entry.path()).find("traffic is encrypted (ZeroMQ CURVE"), std::string::npos)
+        << entry.path();
+  }
+  EXPECT_EQ(logs, 7);  // the scheduler, 2 servers and 4 workers
+
+  auto epoll = run_args("scenarios/quickstart.toml", dir.path() / "epoll", {"workload.iterations=2"});
+  epoll.insert(epoll.end(), {"--encrypt", "curve", "--van", "epoll"});
+  Pstwin refused(epoll, dir.path() / "epoll.log");
+  EXPECT_EQ(refused.wait_until(Clock::now() + std::chrono::seconds(20)), 2) << refused.output();
+  EXPECT_NE(refused.output().find("--encrypt curve with --van epoll: the epoll van cannot encrypt"),
+            std::string::npos)
+      << refused.output();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "epoll" / "parts"));
 }
 
 // The fused push_pull path and layer-wise compute across processes: the same final model as the
 // simulator's default path.
 TEST(Run, FusedPushPullAndLayerwiseComputeGiveTheSimulatorsModel) {
   TempDir dir("fused");
-  Pstwin sim({"sim", "scenarios/quickstart.toml", "-q", "--set", "workload.iterations=2", "--out",
-              (dir.path() / "sim").string()},
-             dir.path() / "sim.log");
-  ASSERT_EQ(sim.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << sim.output();
+  const std::string digest = two_iteration_sim_digest(dir.path());
   Pstwin run(run_args("scenarios/quickstart.toml", dir.path() / "run",
                       {"workload.iterations=2", "ps.push_pull=fused"}),
              dir.path() / "run.log");
   ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();
   const auto r = results(dir.path() / "run");
   EXPECT_EQ(r["invariants"]["violation_count"], 0);
-  EXPECT_EQ(r["model_digest"], results(dir.path() / "sim")["model_digest"]);
+  EXPECT_EQ(r["model_digest"], digest);
   // Layer-wise compute with priorities off: tasks per tensor on the lane threads, pushes in staging order.
   Pstwin layered(
       run_args("scenarios/quickstart.toml", dir.path() / "layered",
@@ -150,7 +182,7 @@ TEST(Run, FusedPushPullAndLayerwiseComputeGiveTheSimulatorsModel) {
   ASSERT_EQ(layered.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << layered.output();
   const auto l = results(dir.path() / "layered");
   EXPECT_EQ(l["invariants"]["violation_count"], 0);
-  EXPECT_EQ(l["model_digest"], results(dir.path() / "sim")["model_digest"]);
+  EXPECT_EQ(l["model_digest"], digest);
 }
 
 // Async mode across processes: pushes applied on arrival, yet every update lands exactly once, so the

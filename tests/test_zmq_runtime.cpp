@@ -1,6 +1,7 @@
 // The ZeroMQ runtime's own guarantees, on real sockets over 127.0.0.1: a received payload is the
 // frame ZeroMQ received (not a copy) and stays valid after the sockets are gone; a sent payload
-// needs no owner but the message; a reconnected connection proves membership again; pacing (here
+// needs no owner but the message; a reconnected connection proves membership again; with
+// PSTWIN_ENCRYPT=curve no payload byte crosses the wire in the clear; pacing (here
 // for the UCX van too); a real run counts its messages and records the simulator's send, receive,
 // engine and compute spans.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,8 +87,8 @@ realnet::ZmqNodeRuntime::Options labelled(std::string label) {
 
 // A started node whose protocol only records what it receives.
 struct Receiver {
-  explicit Receiver(realnet::LocalHost& host)
-      : runtime(std::make_unique<realnet::ZmqNodeRuntime>(host, labelled("receiver"))) {
+  explicit Receiver(realnet::LocalHost& host, realnet::ZmqNodeRuntime::Options options = labelled("receiver"))
+      : runtime(std::make_unique<realnet::ZmqNodeRuntime>(host, std::move(options))) {
     auto owned = std::make_unique<Recorder>();
     recorder = owned.get();
     runtime->attach(std::move(owned));
@@ -226,7 +228,8 @@ Message sized(NodeId to, std::uint64_t key, std::size_t bytes) {
 }
 
 // A TCP relay on 127.0.0.1 between a node's DEALER and another node's ROUTER that can cut every
-// connection it carries, as a failing switch or a peer's restart would.
+// connection it carries, as a failing switch or a peer's restart would, and keeps every byte the
+// DEALER side sent, as someone on the path would see them.
 class CuttingProxy {
  public:
   explicit CuttingProxy(std::string target) : target_port_(port_of(target)) {
@@ -254,6 +257,10 @@ class CuttingProxy {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   void cut() { command('c'); }
   int accepted() const { return accepted_.load(); }
+  std::string relayed() const {
+    std::lock_guard lock(relayed_mutex_);
+    return relayed_;
+  }
 
  private:
   static int port_of(const std::string& address) { return std::stoi(address.substr(address.rfind(':') + 1)); }
@@ -300,6 +307,10 @@ class CuttingProxy {
           pairs_.erase(pairs_.begin() + static_cast<std::ptrdiff_t>((i - 2) / 2));
           break;
         }
+        if (from == a) {
+          std::lock_guard lock(relayed_mutex_);
+          relayed_.append(buffer.data(), static_cast<std::size_t>(n));
+        }
         for (ssize_t sent = 0; sent < n;) {
           const ssize_t w = ::write(to, buffer.data() + sent, static_cast<std::size_t>(n - sent));
           if (w <= 0) break;
@@ -315,7 +326,30 @@ class CuttingProxy {
   int commands_[2] = {-1, -1};
   std::vector<std::pair<int, int>> pairs_;  // (from the DEALER, to the ROUTER); the relay thread's
   std::atomic<int> accepted_{0};
+  mutable std::mutex relayed_mutex_;
+  std::string relayed_;
   std::thread relay_;
+};
+
+// A receiver and a sender (node 9) whose DEALER reaches it (as node 8) through a CuttingProxy and
+// sends it `first` as it starts; `options` gives each node's options by its label.
+struct RelayedPair {
+  RelayedPair(realnet::LocalHost& host,
+              const std::function<realnet::ZmqNodeRuntime::Options(std::string)>& options,
+              const Message& first)
+      : receiver(host, options("receiver")),
+        proxy(receiver.runtime->local_address()),
+        sender(host, options("sender")) {
+    sender.attach(std::make_unique<Recorder>([this, first] {
+      sender.set_self(9);
+      sender.connect(8, proxy.address());
+      sender.send(first);
+    }));
+    sender.start();
+  }
+  Receiver receiver;
+  CuttingProxy proxy;
+  realnet::ZmqNodeRuntime sender;
 };
 
 // With a job token, a connection ZeroMQ re-establishes after a drop is a new connection to the
@@ -338,21 +372,9 @@ TEST(ZmqRuntime, AReconnectedDealerProvesMembershipAgainAndItsMessagesArrive) {
     options.job_token = token;
     return options;
   };
-  realnet::ZmqNodeRuntime receiver(host, with_token("receiver"));
-  auto owned = std::make_unique<Recorder>();
-  Recorder* recorder = owned.get();
-  receiver.attach(std::move(owned));
-  receiver.start();
-  CuttingProxy proxy(receiver.local_address());
-
-  realnet::ZmqNodeRuntime sender(host, with_token("sender"));
-  sender.attach(std::make_unique<Recorder>([&sender, to = proxy.address()] {
-    sender.set_self(9);
-    sender.connect(8, to);
-    sender.send(sized(8, 1, 4096));
-  }));
-  sender.start();
-  ASSERT_EQ(recorder->wait_for(1).size(), 1u);
+  RelayedPair pair(host, with_token, sized(8, 1, 4096));
+  auto& [receiver, proxy, sender] = pair;
+  ASSERT_EQ(receiver.recorder->wait_for(1).size(), 1u);
 
   proxy.cut();
   {
@@ -366,12 +388,44 @@ TEST(ZmqRuntime, AReconnectedDealerProvesMembershipAgainAndItsMessagesArrive) {
     ASSERT_TRUE(noticed) << "the sender did not notice that its connection dropped";
   }
   sender.send(sized(8, 2, 4096));
-  const auto messages = recorder->wait_for(2);
+  const auto messages = receiver.recorder->wait_for(2);
   ASSERT_EQ(messages.size(), 2u) << "the message sent after the reconnection never arrived";
   EXPECT_EQ(messages[1].header.key, 2u);
   EXPECT_EQ(messages[1].payload.size(), 4096u);
   EXPECT_GE(proxy.accepted(), 2);
-  EXPECT_EQ(receiver.rejected_frames(), 0u);
+  EXPECT_EQ(receiver.runtime->rejected_frames(), 0u);
+}
+
+// PSTWIN_ENCRYPT=curve: what crosses the wire between two members is CURVE's ciphertext. A relay
+// between the sender's DEALER and the receiver's ROUTER keeps what it carried: the payload's bytes
+// are there in the clear without encryption and nowhere with it, and the message arrives intact
+// either way (the membership proof still runs inside the encrypted connection), even at the frame
+// size limit.
+TEST(Encryption, PayloadBytesCrossTheWireOnlyWithoutEncryption) {
+  realnet::LocalHost host({});
+  constexpr std::size_t kPayload = 4096;
+  const auto sent = pattern(kPayload, 5);
+  // 64 bytes of the payload: a run this long does not occur in ciphertext by chance.
+  const std::string needle = as_string(std::span(sent).subspan(1000, 64));
+  for (const bool encrypt : {false, true}) {
+    SCOPED_TRACE(encrypt ? "encrypted" : "plain");
+    auto options = [&](std::string label) {
+      auto o = labelled(std::move(label));
+      o.job_token = "a-job-token-of-at-least-16-bytes";
+      o.encrypt = encrypt;
+      o.max_payload_bytes = kPayload;  // at the limit: CURVE's sealing must not push it over
+      return o;
+    };
+    const RelayedPair pair(host, options, sized(8, 5, kPayload));
+    const auto messages = pair.receiver.recorder->wait_for(1);
+    ASSERT_EQ(messages.size(), 1u);
+    EXPECT_EQ(as_string(messages[0].payload.bytes()), as_string(sent));
+    const std::string wire = pair.proxy.relayed();
+    EXPECT_GE(wire.size(), kPayload);
+    EXPECT_EQ(wire.find(needle) != std::string::npos, !encrypt)
+        << (encrypt ? "the payload crossed the wire in the clear" : "the relay did not see the payload");
+    EXPECT_EQ(pair.receiver.runtime->rejected_frames(), 0u);
+  }
 }
 
 // The ZeroMQ van paces as the epoll van does (fpt::MessagePacer): with a NIC rate and the load

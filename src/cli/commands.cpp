@@ -458,6 +458,14 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
 
 namespace {
 
+// --encrypt curve with a van that cannot encrypt: said once here rather than by every node.
+bool encryption_possible(bool encrypt, realnet::Van van) {
+  const auto why = realnet::encryption_unavailable(van);
+  if (!encrypt || why.empty()) return true;
+  std::cerr << "pstwin: --encrypt curve with --van " << realnet::van_name(van) << ": " << why << "\n";
+  return false;
+}
+
 // `pstwin run -- COMMAND`: every node's output, prefixed with its name as `[worker0] `, then the outcome.
 int print_command_job(const CommonOptions& common, const RunReport& report, const std::string& parts_dir) {
   std::vector<std::filesystem::path> logs;
@@ -503,6 +511,8 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     std::cerr << "pstwin: --van " << options.van << ": " << missing << "\n";
     return 2;
   }
+  job.encrypt = options.encrypt == "curve";
+  if (!encryption_possible(job.encrypt, job.van)) return 2;
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   job.command = options.command;
   RunReport report;
@@ -528,6 +538,8 @@ int run_launch(const CommonOptions& common, const LaunchOptions& options) {
   launch.remote_binary = options.remote_pstwin;
   launch.port = options.port;
   launch.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
+  launch.encrypt = options.encrypt == "curve";
+  if (!encryption_possible(launch.encrypt, launch.van)) return 2;
   // Checked before anything starts: a bad --rsh or binary path is bad input, not a failed job.
   realnet::remote_command(launch, launch.hosts.front());
   const std::string out_dir = out_dir_of(scenario, options.out_dir);

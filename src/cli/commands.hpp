@@ -60,6 +60,7 @@ struct LaunchOptions {
   std::string remote_pstwin;  // "" = this binary's path
   int port = 0;               // the scheduler's port; 0 = one free on this machine
   std::string van = "zmq";
+  std::string encrypt = "none";  // none | curve (PSTWIN_ENCRYPT for every node)
 };
 
 struct RunOptions {
@@ -68,6 +69,7 @@ struct RunOptions {
   bool netns = false;  // one network namespace per scenario host, links shaped with tc (root only)
   bool kernel_partitions = false;  // with netns: faults.partitions of hosts cut by the switch (nftables)
   std::string van = "zmq";         // zmq | epoll (realnet/van.hpp)
+  std::string encrypt = "none";    // none | curve (PSTWIN_ENCRYPT for every node)
   // After `--`: every node runs this application instead of `pstwin node` (realnet::JobRunOptions).
   std::vector<std::string> command;
 };

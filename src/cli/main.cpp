@@ -35,6 +35,9 @@ std::string printable(std::string_view text) {
 
 int main(int argc, char** argv) {
   using namespace pstwin::cli;
+  static constexpr const char* kEncryptHelp =
+      "curve: every node encrypts its traffic with ZeroMQ CURVE, keys derived from the job's token "
+      "(PSTWIN_ENCRYPT=curve; --van zmq only; docs/SECURITY.md); none (default): plain TCP";
   // One promise for every subcommand, so scripts can rely on it.
   static constexpr const char* kQuietHelp =
       "print nothing on success but what the command is for (check: the scenario); a failure or an "
@@ -204,6 +207,7 @@ int main(int argc, char** argv) {
                   "the send pool) or ucx (UCX: shared memory, TCP or RDMA as UCX_TLS allows); sets "
                   "DMLC_PS_VAN_TYPE for the nodes")
       ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
+  run->add_option("--encrypt", run_options.encrypt, kEncryptHelp)->check(CLI::IsMember({"none", "curve"}));
   run->footer(
       "pstwin run FILE [OPTIONS] -- COMMAND [ARGS...]: every node runs COMMAND instead of `pstwin node` (a "
       "ps-lite or pstwin.torch application, e.g. -- python3 train.py) with the scenario's roles and the "
@@ -237,6 +241,8 @@ int main(int argc, char** argv) {
                      "output directory (default: pstwin-out/<scenario name>)");
   launch->add_option("--van", launch_options.van, "every node's transport: zmq (default), epoll or ucx")
       ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
+  launch->add_option("--encrypt", launch_options.encrypt, kEncryptHelp)
+      ->check(CLI::IsMember({"none", "curve"}));
 
   MergeOptions merge_options;
   auto* merge = app.add_subcommand(

@@ -83,7 +83,8 @@ class RealNodeLink final : public pslite::NodeLink {
                                                                         .seed = scenario_->seed,
                                                                         .bind = env.bind_address(),
                                                                         .linger_ms = 1000,
-                                                                        .job_token = env.job_token});
+                                                                        .job_token = env.job_token,
+                                                                        .encrypt = env.encrypt});
     } catch (const std::exception& error) {
       exit_with(2, error.what());
     }

@@ -111,6 +111,8 @@ std::string node_outcome(const std::map<std::string, std::string>& env, bool wor
     if (parsed.role == pstwin::Role::kValidator)
       require(parsed.validator_id >= 0 && parsed.validator_id < parsed.num_validators);
     require(!contains(parsed.root_uri, ":") && !contains(parsed.node_host, ":"));
+    // Encryption's keys come from the token, and only the ZeroMQ van has CURVE.
+    if (parsed.encrypt) require(!parsed.job_token.empty() && parsed.van == realnet::Van::kZmq);
     outcome += "ok " + parsed.scheduler_address() + " " + parsed.bind_address();
     for (const auto& [field, value] : parsed.scenario_overrides()) outcome += " " + field + "=" + value;
   } catch (const realnet::NodeEnvError& e) {
