@@ -64,11 +64,22 @@ void Stream::next() {
   queue_.erase(queue_.begin());
   const Seconds clogged = clog_wait();
   const double jitter = from_.cluster().scenario().perturbation.delivery_jitter_s;
-  const Seconds delay = clogged + (jitter > 0 ? from_.random("net.delivery_jitter").uniform(0, jitter) : 0);
+  const Seconds delay =
+      send_cpu_wait() + clogged + (jitter > 0 ? from_.random("net.delivery_jitter").uniform(0, jitter) : 0);
   if (delay > 0)
     from_.cluster().network()->after(delay, [this] { send_current(); });
   else
     send_current();
+}
+
+Seconds Stream::send_cpu_wait() {
+  const auto& cpu = from_.cluster().scenario().cpu;
+  if (!cpu.charged()) return 0;
+  const std::uint64_t bytes = kHeaderBytes + current_.payload.size();
+  const Seconds cost = cpu.send_cost(bytes);
+  if (cost <= 0) return 0;
+  const TraceMessage carried{current_.header.key, current_.header.iteration, bytes};
+  return from_.charge_net("send", cost, carried) - s4u::Engine::get_clock();
 }
 
 Seconds Stream::clog_wait() {
@@ -150,6 +161,7 @@ void Stream::run() {
     while (queue_.empty()) ready_->wait(lock);
     current_ = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
+    if (const Seconds cpu = send_cpu_wait(); cpu > 0) s4u::this_actor::sleep_for(cpu);
     if (const Seconds clogged = clog_wait(); clogged > 0) s4u::this_actor::sleep_for(clogged);
     if (jitter > 0) s4u::this_actor::sleep_for(from_.random("net.delivery_jitter").uniform(0, jitter));
     begin();
@@ -390,7 +402,27 @@ void SimNode::deliver(Message message) {
     return;
   }
   if (message.header.command != Command::kHeartbeat) cluster_.progress();
+  if (const auto& cpu = cluster_.scenario().cpu; cpu.charged()) {
+    const std::uint64_t bytes = kHeaderBytes + message.payload.size();
+    if (const Seconds cost = cpu.receive_cost(bytes); cost > 0) {
+      // Handed over once the van read it: a timer of the node's loop, in the order charged (the lane
+      // ends are non-decreasing and equal deadlines fire in the order added).
+      const TraceMessage carried{message.header.key, message.header.iteration, bytes};
+      timers_.add(charge_net("receive", cost, carried), [this, message = std::move(message)]() mutable {
+        protocol_->on_message(std::move(message));
+      });
+      wake_->notify_one();
+      return;
+    }
+  }
   post([this, message = std::move(message)]() mutable { protocol_->on_message(std::move(message)); });
+}
+
+Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message) {
+  const Seconds start = std::max(now(), net_free_at_);
+  net_free_at_ = start + cost;
+  trace_lane("net", "cpu", what, start, net_free_at_, message);
+  return net_free_at_;
 }
 
 void SimNode::post(std::function<void()> event) {

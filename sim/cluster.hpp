@@ -66,7 +66,8 @@ class Stream {
   void begin();         // the transport takes `current_`: its bytes are fixed now
   void arrive();        // `current_` reached the peer
   bool deliver(Message message, const HeaderBytes& header, Seconds start);  // to the peer; false: refused
-  Seconds clog_wait();  // faults.clog: how long the message starting now waits (counted)
+  Seconds send_cpu_wait();  // [cpu]: how long `current_` waits for its send cost on the node's net lane
+  Seconds clog_wait();      // faults.clog: how long the message starting now waits (counted)
   // sim.fifo_host "epoll"/"kernel-pacing": seconds from a message's arrival until the receiver's
   // shaping lets it be read (the epoll van's token bucket, fpt::kReaderBurst*), in arrival order.
   double reader_delay(double bytes);
@@ -170,6 +171,9 @@ class SimNode final : public Runtime {
 
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
                   Seconds end, std::optional<TraceMessage> message = std::nullopt);
+  // [cpu]: runs `cost` seconds of the van's work on this node's net lane after what it already holds
+  // (serial, in the order charged); returns when that work ends.
+  Seconds charge_net(std::string_view what, Seconds cost, const TraceMessage& message);
   // A stream delivered a message to `to` (with sim.send_pool_slots: a bulk one frees its slot).
   void transmitted(NodeId to, bool bulk);
   // Receive shaping: the rate bound on bulk flows from `sender` to this node (0: none).
@@ -195,6 +199,7 @@ class SimNode final : public Runtime {
   std::deque<std::function<void()>> events_;
   TimerQueue timers_;
   std::uint64_t next_sequence_ = 1;
+  Seconds net_free_at_ = 0;  // charge_net: the net lane is busy until then
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
   simgrid::s4u::ConditionVariablePtr stopped_changed_;

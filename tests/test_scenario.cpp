@@ -352,6 +352,11 @@ delivery_jitter = "1us"
 executor_jitter = "2us"
 compute_jitter = "3ms"
 start_jitter = 1e-7
+[cpu]
+send_per_message = "8us"
+send_bandwidth = "3GBps"
+receive_per_message = 1.5e-6
+receive_bandwidth = 2.5e9
 [network]
 model = "SMPI"
 bandwidth_factor = 0.97
@@ -398,6 +403,10 @@ TEST(Scenario, RoundTripKeepsEveryField) {
   EXPECT_EQ(second.workload.tensor_bytes, (std::vector<std::uint64_t>{4096, 1000, 1500000}));
   EXPECT_EQ(second.workload.compute_s, 12.5e-3);
   EXPECT_EQ(second.perturbation.start_jitter_s, 1e-7);
+  EXPECT_EQ(second.cpu.send_per_message_s, 8e-6);
+  EXPECT_EQ(second.cpu.send_bandwidth_Bps, 3e9);
+  EXPECT_EQ(second.cpu.receive_per_message_s, 1.5e-6);
+  EXPECT_EQ(second.cpu.receive_bandwidth_Bps, 2.5e9);
   EXPECT_EQ(second.network.bandwidth_factor, 0.97);
   EXPECT_EQ(second.network.latency_factor, 13.01);
   EXPECT_EQ(second.invariants.bound_tolerance, 0.1);
@@ -418,6 +427,8 @@ TEST(Scenario, RoundTripKeepsEveryField) {
                                       "[staging]",
                                       "[perturbation]",
                                       "start_jitter =",
+                                      "[cpu]",
+                                      "receive_bandwidth =",
                                       "[network]",
                                       "tcp_gamma =",
                                       "[invariants]",
@@ -596,6 +607,18 @@ TEST(Scenario, UnitErrors) {
   EXPECT_ERROR_HAS(error_of("[cluster]\nhost_bandwidth = true\n"), "cluster.host_bandwidth = true",
                    "cannot read a bandwidth");
   EXPECT_ERROR_HAS(error_of("[sim]\nmax_time = nan\n"), "sim.max_time = nan", "cannot read a duration");
+  // [cpu]: each field named with its value and what it takes.
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_message = \"8usec\"\n"),
+                   "scenarios/x.toml:2:", "cpu.send_per_message = \"8usec\"", "cannot read a duration",
+                   "\"5us\"");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nreceive_per_message = -1\n"), "cpu.receive_per_message = -1",
+                   "must not be negative");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_bandwidth = \"3GB\"\n"), "cpu.send_bandwidth = \"3GB\"",
+                   "cannot read a bandwidth", "\"10Gbps\"");
+  EXPECT_ERROR_HAS(error_of("", {{"cpu.receive_bandwidth", "fast"}}), "cpu.receive_bandwidth", "fast",
+                   "cannot read a bandwidth");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_mesage = \"8us\"\n"), "cpu.send_per_mesage",
+                   "cpu.send_per_message");
 }
 
 TEST(Scenario, WrongTypeErrors) {

@@ -2,6 +2,8 @@
 // determinism promise, the crossed-line race found and not found, and the saturation bound.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -286,6 +288,146 @@ TEST(Sim, CheckPrintsTheResolvedScenarioWithOverrides) {
   EXPECT_EQ(s.roles.workers, 3);
   EXPECT_EQ(s.roles.servers, 2);
   EXPECT_EQ(s.ps.partition_bytes, 1000000u);
+}
+
+// [cpu]: one server, one worker, one 1 MB partition per iteration after 1 ms of compute, so every
+// message of an iteration lies on its critical path, one after another.
+constexpr const char* kCpuJob = R"(name = "cpu_cost"
+[roles]
+servers = 1
+workers = 1
+[ps]
+partition_bytes = "1MB"
+[workload]
+tensor_bytes = ["1MB"]
+compute = "1ms"
+iterations = 4
+)";
+
+struct CpuJobRun {
+  nlohmann::json results;
+  std::string results_text;  // without wall_s and the replay command (it names the run's directory)
+  std::string trace_text;
+  nlohmann::json trace;
+};
+
+CpuJobRun run_cpu_job(const std::string& name, const std::string& sets) {
+  const auto dir = fresh_dir(name);
+  { std::ofstream(dir / "job.toml") << kCpuJob; }
+  const auto run =
+      run_pstwin("sim " + (dir / "job.toml").string() + " -q " + sets + " --out " + (dir / "out").string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  CpuJobRun got;
+  got.results = read_json(dir / "out/results.json");
+  auto without_wall = got.results;
+  without_wall.erase("wall_s");
+  without_wall.erase("replay");
+  got.results_text = without_wall.dump();
+  got.trace_text = read_text(dir / "out/trace.json");
+  got.trace = nlohmann::json::parse(got.trace_text);
+  return got;
+}
+
+// Per iteration index: the push and pull messages (requests and responses) sent in it and their bytes
+// on the wire, from a run's trace. Registration and barriers count as iteration 0 too: left out.
+std::map<int, std::pair<int, std::uint64_t>> sent_per_iteration(const nlohmann::json& trace) {
+  std::map<int, std::pair<int, std::uint64_t>> sent;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "send" && e.contains("args") &&
+        (e["name"].get<std::string>().starts_with("push") ||
+         e["name"].get<std::string>().starts_with("pull"))) {
+      auto& [count, bytes] = sent[e["args"]["iteration"].get<int>()];
+      ++count;
+      bytes += e["args"]["bytes"].get<std::uint64_t>();
+    }
+  return sent;
+}
+
+int spans_of_category(const nlohmann::json& trace, const std::string& category) {
+  int count = 0;
+  for (const auto& e : trace["traceEvents"]) count += e["ph"] == "X" && e["cat"] == category;
+  return count;
+}
+
+TEST(Sim, CpuCostsOfZeroChangeNothing) {
+  const auto bare = run_cpu_job("cpu-bare", "");
+  const auto zeros = run_cpu_job("cpu-zeros",
+                                 "--set cpu.send_per_message=0 --set cpu.receive_per_message=0 --set "
+                                 "cpu.send_bandwidth=0 --set cpu.receive_bandwidth=0");
+  EXPECT_EQ(bare.results_text, zeros.results_text);
+  EXPECT_EQ(bare.trace_text, zeros.trace_text);
+  EXPECT_EQ(spans_of_category(bare.trace, "cpu"), 0);
+}
+
+TEST(Sim, CpuCostsAreChargedOnEveryMessageOfTheCriticalPath) {
+  const auto bare = run_cpu_job("cpu-none", "");
+  const auto send = run_cpu_job("cpu-send", "--set cpu.send_per_message=100us");
+  const auto receive = run_cpu_job("cpu-receive", "--set cpu.receive_per_message=100us");
+  const auto bytes = run_cpu_job("cpu-bytes", "--set cpu.send_bandwidth=1GBps");
+  const auto sent = sent_per_iteration(bare.trace);
+  const auto& iterations = bare.results["iterations"];
+  ASSERT_EQ(iterations.size(), 4u);
+  for (std::size_t i = 0; i < iterations.size(); ++i) {
+    const int index = iterations[i]["index"].get<int>();
+    ASSERT_TRUE(sent.count(index)) << "no message of iteration " << index;
+    const auto [messages, wire_bytes] = sent.at(index);
+    EXPECT_EQ(messages, 4) << "push, its response, pull, its response";
+    const double base = iterations[i]["time_s"].get<double>();
+    const auto grew = [&](const CpuJobRun& run) {
+      return run.results["iterations"][i]["time_s"].get<double>() - base;
+    };
+    EXPECT_NEAR(grew(send), messages * 100e-6, 1e-9) << "iteration " << index;
+    EXPECT_NEAR(grew(receive), messages * 100e-6, 1e-9) << "iteration " << index;
+    EXPECT_NEAR(grew(bytes), static_cast<double>(wire_bytes) / 1e9, 1e-9) << "iteration " << index;
+  }
+  // Each charge is a span on the node's net lane, one per message sent (or received).
+  EXPECT_EQ(spans_of_category(send.trace, "cpu"), spans_of_category(send.trace, "send"));
+  EXPECT_EQ(spans_of_category(receive.trace, "cpu"), spans_of_category(receive.trace, "receive"));
+  // The model is unchanged: only time moved.
+  EXPECT_EQ(send.results["model_digest"], bare.results["model_digest"]);
+}
+
+TEST(Sim, CpuCostsKeepTheSameSeedByteIdentical) {
+  const std::string sets =
+      "--set cpu.send_per_message=7us --set cpu.receive_per_message=3us --set cpu.send_bandwidth=3GBps "
+      "--set cpu.receive_bandwidth=2GBps --set perturbation.delivery_jitter=20us";
+  const auto a = run_cpu_job("cpu-det-a", sets);
+  const auto b = run_cpu_job("cpu-det-b", sets);
+  EXPECT_EQ(a.results_text, b.results_text);
+  EXPECT_EQ(a.trace_text, b.trace_text);
+  EXPECT_GT(spans_of_category(a.trace, "cpu"), 0);
+}
+
+// A real calibration, kept short: loopback jobs of two sizes on the epoll van, fitted and written.
+TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
+  const auto dir = fresh_dir("calibrate");
+  const auto fragment = dir / "cpu.toml";
+  const auto run = run_pstwin("calibrate --van epoll --quick --sizes 4KB,1MB --out " + fragment.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("rms error"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("1MB pipelined"), std::string::npos) << run.output;
+  const std::string text = read_text(fragment);
+  EXPECT_NE(text.find("--van epoll"), std::string::npos) << text;
+  EXPECT_NE(text.find("CPUs, load average"), std::string::npos) << text;
+  const Scenario s = parse_scenario(text, fragment.string());
+  EXPECT_GT(s.cpu.send_per_message_s, 0) << text;
+  EXPECT_GT(s.cpu.send_bandwidth_Bps, 0) << text;
+  EXPECT_EQ(s.cpu.receive_per_message_s, s.cpu.send_per_message_s);
+  EXPECT_EQ(s.cpu.receive_bandwidth_Bps, s.cpu.send_bandwidth_Bps);
+  // What a scenario with the fragment appended simulates.
+  const auto with_cpu = dir / "with_cpu.toml";
+  std::ofstream(with_cpu) << read_text(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml") << "\n" << text;
+  const auto sim = run_pstwin("sim " + with_cpu.string() + " -q --out " + (dir / "sim").string());
+  EXPECT_EQ(sim.exit_code, 0) << sim.output;
+}
+
+TEST(Calibrate, BadSizesAreRefusedNamingTheOption) {
+  const auto run = run_pstwin("calibrate --sizes 4KB");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("--sizes"), std::string::npos) << run.output;
+  const auto bad = run_pstwin("calibrate --sizes 4KB,lots");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("'lots'"), std::string::npos) << bad.output;
 }
 
 TEST(Sim, HelpIsAvailableEverywhere) {

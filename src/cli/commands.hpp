@@ -82,6 +82,14 @@ struct MergeOptions {
   bool quiet = false;
 };
 
+struct CalibrateOptions {
+  std::string van = "zmq";                            // zmq | epoll (realnet/van.hpp)
+  std::string sizes = "4KB,64KB,256KB,1MB,4MB,16MB";  // one blocking and one pipelined job each
+  std::string out;                                    // "" = the fragment goes to stdout
+  bool quick = false;                                 // fewer iterations per job (tests)
+  bool quiet = false;
+};
+
 struct CompareOptions {
   std::string sim_dir;   // holds the sim's results.json
   std::string real_dir;  // holds the real run's results.json
@@ -110,6 +118,10 @@ int run_merge(const MergeOptions& options);
 
 // A whole real job on a hostfile's hosts through a remote shell (realnet/job_launch.hpp).
 int run_launch(const CommonOptions& common, const LaunchOptions& options);
+
+// The van's CPU cost per message and per byte on loopback, fitted for the simulator's [cpu] fields;
+// writes them as a scenario fragment (src/cli/calibrate.cpp).
+int run_calibrate(const CalibrateOptions& options);
 
 // Side by side: per-iteration time, per-link bytes and utilisation, relative errors (src/report/compare.hpp).
 int run_compare(const CompareOptions& options);

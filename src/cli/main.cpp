@@ -266,6 +266,21 @@ int main(int argc, char** argv) {
   merge->add_option("--out", merge_options.out_dir, "output directory (default: DIR)");
   merge->add_flag("-q,--quiet", merge_options.quiet, kQuietHelp);
 
+  CalibrateOptions calibrate_options;
+  auto* calibrate = app.add_subcommand(
+      "calibrate",
+      "measure the van's CPU cost per message and per byte with real loopback jobs (1 server, 1 worker, "
+      "blocking and pipelined, several sizes), fit the simulator's [cpu] fields to them by least squares "
+      "and print how well they fit; writes the fields as a scenario fragment (docs/FIDELITY.md)");
+  calibrate->add_option("--van", calibrate_options.van, "the van measured: zmq (default) or epoll")
+      ->check(CLI::IsMember({"zmq", "epoll"}));
+  calibrate->add_option("--out", calibrate_options.out, "write the fragment to this file (default: stdout)");
+  calibrate->add_option("--sizes", calibrate_options.sizes,
+                        "partition sizes, one blocking and one pipelined job each (default "
+                        "4KB,64KB,256KB,1MB,4MB,16MB)");
+  calibrate->add_flag("--quick", calibrate_options.quick, "fewer iterations per job: a rougher fit, sooner");
+  calibrate->add_flag("-q,--quiet", calibrate_options.quiet, kQuietHelp);
+
   CompareOptions compare_options;
   auto* compare = app.add_subcommand(
       "compare", "compare a simulated and a real run of one scenario: iteration times, link bytes, errors");
@@ -311,6 +326,7 @@ int main(int argc, char** argv) {
     if (*launch) return run_launch(common, launch_options);
     if (*merge) return run_merge(merge_options);
     if (*compare) return run_compare(compare_options);
+    if (*calibrate) return run_calibrate(calibrate_options);
   } catch (const pstwin::ScenarioError& e) {
     std::cerr << "pstwin: " << printable(e.what()) << "\n";
     return 2;

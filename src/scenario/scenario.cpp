@@ -1217,6 +1217,21 @@ std::vector<Field> make_registry() {
                          duration, "Extra compute per iteration per worker, uniform in [0, x]."));
   f.push_back(make_field("perturbation.start_jitter", PSTWIN_MEMBER(perturbation.start_jitter_s), duration,
                          "Start offset of each node, uniform in [0, x]."));
+  // [cpu]
+  const auto rate = QuantityCodec{Quantity::kBandwidth, false};
+  f.push_back(make_field("cpu.send_per_message", PSTWIN_MEMBER(cpu.send_per_message_s), duration,
+                         "Simulator: CPU time the van spends sending each message, on the sending node's "
+                         "`net` lane (one per node, serial, in order, shared with receiving); the message "
+                         "leaves once it ran. `pstwin calibrate` measures it (docs/FIDELITY.md). 0: none."));
+  f.push_back(make_field("cpu.send_bandwidth", PSTWIN_MEMBER(cpu.send_bandwidth_Bps), rate,
+                         "Simulator: per-byte part of the send cost, a message's bytes (header included) "
+                         "at this rate, e.g. \"3GBps\". 0: none."));
+  f.push_back(make_field("cpu.receive_per_message", PSTWIN_MEMBER(cpu.receive_per_message_s), duration,
+                         "Simulator: CPU time the van spends receiving each message, on the receiving "
+                         "node's `net` lane; the node handles the message once it ran. 0: none."));
+  f.push_back(make_field("cpu.receive_bandwidth", PSTWIN_MEMBER(cpu.receive_bandwidth_Bps), rate,
+                         "Simulator: per-byte part of the receive cost, a message's bytes at this rate. 0: "
+                         "none."));
   // [network]
   f.push_back(make_field("network.model", PSTWIN_MEMBER(network.model), ChoiceCodec{kNetworkModels},
                          "SimGrid network model."));
@@ -2182,8 +2197,8 @@ std::string resolved_toml(const Scenario& scenario) {
 namespace {
 
 // Whole tables and single fields that do not define the job (see job_fields in scenario.hpp).
-constexpr std::array<std::string_view, 8> kNodeLocalTables{"output",  "invariants",   "run", "cluster",
-                                                           "network", "perturbation", "sim", "faults"};
+constexpr std::array<std::string_view, 9> kNodeLocalTables{
+    "output", "invariants", "run", "cluster", "network", "perturbation", "cpu", "sim", "faults"};
 constexpr std::array<std::string_view, 8> kNodeLocalFields{"name",
                                                            "description",
                                                            "ps.connect_timeout",

@@ -182,6 +182,29 @@ struct PerturbationConfig {
   double start_jitter_s = 0;     // node start offset, uniform in [0, x]
 };
 
+// [cpu]: the CPU time a van spends on each message, which the simulator charges on a node's "net"
+// lane (one per node, serial): a message leaves after its send cost ran, and reaches the protocol
+// after its receive cost ran. `pstwin calibrate` measures them on the real vans. 0: not modelled.
+struct CpuConfig {
+  double send_per_message_s = 0;
+  double receive_per_message_s = 0;
+  double send_bandwidth_Bps = 0;  // per-byte part: bytes / this (0: none)
+  double receive_bandwidth_Bps = 0;
+  bool charged() const {
+    return send_per_message_s > 0 || receive_per_message_s > 0 || send_bandwidth_Bps > 0 ||
+           receive_bandwidth_Bps > 0;
+  }
+  double send_cost(std::uint64_t bytes) const { return cost(send_per_message_s, send_bandwidth_Bps, bytes); }
+  double receive_cost(std::uint64_t bytes) const {
+    return cost(receive_per_message_s, receive_bandwidth_Bps, bytes);
+  }
+
+ private:
+  static double cost(double per_message_s, double bandwidth_Bps, std::uint64_t bytes) {
+    return per_message_s + (bandwidth_Bps > 0 ? static_cast<double>(bytes) / bandwidth_Bps : 0);
+  }
+};
+
 struct NetworkModelConfig {
   std::string model = "LV08";   // SimGrid network model: LV08 | CM02 | SMPI
   double bandwidth_factor = 0;  // 0: the model's own (LV08: 0.97)
@@ -334,6 +357,7 @@ struct Scenario {
   AttackScenarioConfig attack;
   StagingConfig staging;
   PerturbationConfig perturbation;
+  CpuConfig cpu;
   NetworkModelConfig network;
   InvariantsConfig invariants;
   OutputConfig output;

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Partition-size sweep, simulated and real: does the twin rank partition sizes as the real job does?
+
+    bench/partition_sweep.py [--pstwin BIN] [--van zmq|epoll] [--cpu FRAGMENT] [--sizes 16KB,...]
+                             [--iterations N] [--out DIR] [--set FIELD=VALUE]...
+
+One scenario (2 workers, 1 server, a 32 MB model as one tensor, sync, no compute, real payloads, hosts
+whose links are faster than loopback: the CPU is the limit) is run for every partition size with
+`pstwin sim`, its [cpu] fields taken from FRAGMENT (`pstwin calibrate --van VAN --out FRAGMENT`; without
+--cpu the sweep calibrates first and keeps the fragment in DIR), and with `pstwin run --van VAN` on
+127.0.0.1. Prints a Markdown table: size, simulated and real iteration time (median after the first
+iteration), the sim's error, and the rank of the size in each (1: fastest); then whether the ranks
+agree and the largest error. Also prints the same table for the simulator without [cpu] fields. Exits
+1 if a run fails, 3 if the ranks differ or an error exceeds 15 %.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = ["16KB", "64KB", "256KB", "1MB", "4MB", "16MB"]
+
+
+def scenario_text(partition, iterations, cpu_fragment):
+    text = f"""name = "partition_sweep"
+[cluster]
+host_bandwidth = "1000GBps"
+host_latency = "1us"
+[roles]
+servers = 1
+workers = 2
+[ps]
+mode = "sync"
+partition_bytes = "{partition}"
+[workload]
+tensor_bytes = ["32MB"]
+compute = "0s"
+iterations = {iterations}
+payload = "real"
+[staging]
+enabled = false
+[invariants]
+aggregates = false
+updates = false
+sync_identical = false
+[output]
+trace = false
+"""
+    return text + ("\n" + cpu_fragment if cpu_fragment else "")
+
+
+def steady_median(results_path):
+    with open(results_path) as f:
+        report = json.load(f)
+    if not report.get("completed"):
+        raise RuntimeError(f"{results_path}: the run failed: {report.get('failure')}")
+    times = [it["time_s"] for it in report["iterations"]][1:]
+    return statistics.median(times)
+
+
+def run(cmd):
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(" ".join(cmd) + "\n" + done.stdout + done.stderr)
+        raise SystemExit(1)
+
+
+def ranks(values):
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0] * len(values)
+    for rank, i in enumerate(order, 1):
+        out[i] = rank
+    return out
+
+
+def table(title, sizes, sim, real):
+    sim_rank, real_rank = ranks(sim), ranks(real)
+    print(f"\n{title}\n")
+    print("| partition | sim iteration | real iteration | sim error | rank sim | rank real |")
+    print("|---|---|---|---|---|---|")
+    worst = 0.0
+    for i, size in enumerate(sizes):
+        error = (sim[i] - real[i]) / real[i]
+        worst = max(worst, abs(error))
+        print(f"| {size} | {sim[i] * 1e3:.1f} ms | {real[i] * 1e3:.1f} ms | {error * 100:+.1f} % | "
+              f"{sim_rank[i]} | {real_rank[i]} |")
+    same = sim_rank == real_rank
+    print(f"\nranks {'agree' if same else 'differ'}; largest error {worst * 100:.1f} %")
+    return same, worst
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pstwin", default="build/pstwin")
+    parser.add_argument("--van", default="zmq", choices=["zmq", "epoll"])
+    parser.add_argument("--cpu", help="[cpu] fragment from `pstwin calibrate` (default: calibrate first)")
+    parser.add_argument("--sizes", default=",".join(SIZES))
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--out", default=None, help="keep every run's output here (default: a temp dir)")
+    parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE for every run")
+    args = parser.parse_args()
+    out = args.out or tempfile.mkdtemp(prefix="partition_sweep.")
+    os.makedirs(out, exist_ok=True)
+    sizes = args.sizes.split(",")
+    with open("/proc/loadavg") as f:
+        load_before = " ".join(f.read().split()[:3])
+    print(f"partition sweep: van {args.van}, {os.cpu_count()} CPUs, load average {load_before} before, "
+          f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+    fragment_path = args.cpu
+    if not fragment_path:
+        fragment_path = os.path.join(out, f"cpu-{args.van}.toml")
+        run([args.pstwin, "calibrate", "-q", "--van", args.van, "--out", fragment_path])
+    with open(fragment_path) as f:
+        fragment = f.read()
+    print("".join("    " + line for line in fragment.splitlines(True)))
+    sets = [x for s in args.set for x in ("--set", s)]
+    sim, sim_bare, real = [], [], []
+    for size in sizes:
+        for kind, cpu, into in (("sim", fragment, sim), ("sim-bare", "", sim_bare), ("real", "", real)):
+            path = os.path.join(out, f"{kind}-{size}.toml")
+            with open(path, "w") as f:
+                f.write(scenario_text(size, args.iterations, cpu))
+            run_dir = os.path.join(out, f"{kind}-{size}")
+            if kind == "real":
+                run([args.pstwin, "run", path, "-q", "--van", args.van, "--out", run_dir] + sets)
+            else:
+                run([args.pstwin, "sim", path, "-q", "--out", run_dir] + sets)
+            into.append(steady_median(os.path.join(run_dir, "results.json")))
+    with open("/proc/loadavg") as f:
+        load_after = " ".join(f.read().split()[:3])
+    same, worst = table("With the calibrated [cpu] fields:", sizes, sim, real)
+    table("Without [cpu] fields (no CPU cost per message):", sizes, sim_bare, real)
+    print(f"\nload average after: {load_after}; runs in {out}")
+    return 0 if same and worst <= 0.15 else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
