@@ -37,7 +37,7 @@ iterations=$(sed -n 's/^iterations = \([0-9]*\)$/\1/p' "$prefix/share/pstwin/sce
 sed -i "s/^iterations = .*/iterations = $((iterations - 1))/" "$prefix/share/pstwin/scenarios/quickstart.toml"
 out=$(cd / && python3 "$source/tests/pslite/run_job.py" --servers 2 --workers 4 --worker-ids -- \
       "$prefix/bin/pstwin" node 2>&1 || true)
-echo "$out" | grep -q "worker rank 0 (node 9): $((iterations - 1)) iterations" || {
+grep -q "worker rank 0 (node 9): $((iterations - 1)) iterations" <<<"$out" || {
   echo "$out"
   echo "install_test: the installed pstwin node did not run the installed quickstart ($((iterations - 1)) iterations)"
   exit 1
