@@ -23,7 +23,6 @@ Validator::Validator(NodeContext context, int rank, ValidatorOptions options, co
       workload_(job.workload),
       training_(training),
       rule_(rule),
-      sync_(options_.sync),
       plan_(job.plan),
       compute_stage_(context.runtime.executor("compute", 1)),
       reference_momentum_(training.worker_momentum()) {
@@ -74,13 +73,13 @@ void Validator::on_candidate(Message message) {
           "train.drop_rate)";
   else if (why.empty() && partition->bytes != message.payload.size())
     why = std::to_string(message.payload.size()) + " bytes, expected " + std::to_string(partition->bytes);
-  else if (why.empty() && sync_ && (round < judged_ || round > round_ + 1))
+  else if (why.empty() && options_.sync && (round < judged_ || round > round_ + 1))
     why = "round " + std::to_string(round) + " while judging round " + std::to_string(round_);
-  else if (why.empty() && !sync_ && round >= static_cast<std::uint32_t>(options_.iterations))
+  else if (why.empty() && !options_.sync && round >= static_cast<std::uint32_t>(options_.iterations))
     why = "round " + std::to_string(round) + " beyond workload.iterations";
   else if (why.empty() && candidates_.contains({round, worker, h.key}))
     why = "a second push for this slot (the first is not judged yet)";
-  else if (why.empty() && !sync_ && parts_in_.contains({round, worker}) &&
+  else if (why.empty() && !options_.sync && parts_in_.contains({round, worker}) &&
            parts_in_.at({round, worker}) == workload_.partitions().size())
     why = "a push for an update already complete";
   observer_.tag_checked(rt_.self(), why.empty(),
@@ -91,7 +90,7 @@ void Validator::on_candidate(Message message) {
   if (!why.empty()) return;
   candidates_.emplace(Slot{round, worker, h.key}, std::move(message.payload));
   const std::size_t in = ++parts_in_[{round, worker}];
-  if (!sync_ && in == workload_.partitions().size()) ready_.push_back({worker, round});
+  if (!options_.sync && in == workload_.partitions().size()) ready_.push_back({worker, round});
   next();
 }
 
@@ -104,7 +103,7 @@ std::vector<float> Validator::take_update(std::uint32_t round, int worker) {
     std::copy(values.begin(), values.end(),
               update.begin() + static_cast<std::ptrdiff_t>(element_offset(partition)));
   }
-  if (sync_) parts_in_.erase({round, worker});
+  if (options_.sync) parts_in_.erase({round, worker});
   return update;
 }
 
@@ -129,7 +128,7 @@ std::vector<float> Validator::reference(std::uint32_t round) {
 
 void Validator::next() {
   if (busy_) return;
-  if (sync_) {
+  if (options_.sync) {
     if (!model_current_) return;
     for (int worker : workers_) {
       if (!plan_.participates(worker, round_)) continue;
@@ -288,7 +287,7 @@ void Validator::send_sums(std::uint32_t round, int tag, std::span<const float> s
 }
 
 void Validator::pull_model(std::uint32_t round) {
-  busy_ = !sync_;  // async: nothing is judged until the fresh model is in
+  busy_ = !options_.sync;  // async: nothing is judged until the fresh model is in
   pulls_outstanding_ = workload_.partitions().size();
   for (const auto& partition : workload_.partitions()) {
     MessageHeader fields;
@@ -315,7 +314,7 @@ void Validator::on_pull_response(const Message& message) {
                     std::next(params_.begin(), static_cast<std::ptrdiff_t>(element_offset(partition))));
   if (--pulls_outstanding_ > 0) return;
   model_current_ = true;
-  if (sync_)
+  if (options_.sync)
     ++round_;
   else
     busy_ = false;
@@ -324,9 +323,9 @@ void Validator::on_pull_response(const Message& message) {
 
 std::string Validator::describe_app_state() const {
   std::ostringstream out;
-  out << (sync_ ? "sync" : "async") << " validator of " << workers_.size() << " workers: round " << round_
-      << ", " << candidates_.size() << " keys waiting, " << judged_ << " judged" << (busy_ ? ", busy" : "")
-      << (pulls_outstanding_ ? ", pulling the model" : "");
+  out << (options_.sync ? "sync" : "async") << " validator of " << workers_.size() << " workers: round "
+      << round_ << ", " << candidates_.size() << " keys waiting, " << judged_ << " judged"
+      << (busy_ ? ", busy" : "") << (pulls_outstanding_ ? ", pulling the model" : "");
   return out.str();
 }
 

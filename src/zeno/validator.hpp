@@ -80,7 +80,6 @@ class Validator final : public PsNode {
   const SyntheticWorkload& workload_;
   const train::MlpTraining& training_;
   const RuleConfig rule_;
-  const bool sync_;
   const RoundPlan& plan_;     // sync: who pushes which tensors in each round
   std::vector<int> workers_;  // assigned ranks, ascending
   std::unique_ptr<train::ShardTrainer> trainer_;
