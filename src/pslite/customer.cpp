@@ -19,6 +19,7 @@ struct Customer::State {
   std::deque<Message> queue;
   bool busy = false;  // a message was taken and is being handled
   bool stopping = false;
+  bool held = false;  // accepted messages wait until the app is ready for them
   // Per timestamp (dense from 0): responses expected, responses counted.
   std::deque<std::pair<int, int>> tracker;  // a deque: a waiter holds a reference while others append
   std::thread thread;                       // last: started once the rest exists
@@ -26,7 +27,7 @@ struct Customer::State {
   void run() {
     std::unique_lock lock(mutex);
     for (;;) {
-      changed.wait(lock, [&] { return stopping || !queue.empty(); });
+      changed.wait(lock, [&] { return stopping || (!held && !queue.empty()); });
       if (stopping) return;
       Message message = std::move(queue.front());
       queue.pop_front();
@@ -44,8 +45,9 @@ struct Customer::State {
   }
 };
 
-Customer::Customer(int app_id, int customer_id, const RecvHandle& recv_handle)
+Customer::Customer(int app_id, int customer_id, const RecvHandle& recv_handle, bool held)
     : app_id_(app_id), customer_id_(customer_id), state_(std::make_unique<State>(recv_handle)) {
+  state_->held = held;
   // ps-lite's contract, not protocol code: a Customer runs the application's request handle on a
   // thread of its own (ps-lite's Customer::Receiving), fed from the node's event loop.
   state_->thread = std::thread([state = state_.get()] { state->run(); });
@@ -104,7 +106,16 @@ void Customer::Accept(const Message& recved) {
   state_->changed.notify_all();
 }
 
+void Customer::Release() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->held = false;
+  }
+  state_->changed.notify_all();
+}
+
 void Customer::WaitIdle() {
+  Release();
   std::unique_lock lock(state_->mutex);
   state_->changed.wait(lock, [&] { return state_->queue.empty() && !state_->busy; });
 }

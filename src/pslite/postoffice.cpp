@@ -226,6 +226,11 @@ struct Postoffice::Node final : pslite::AppEvents {
       held_requests.erase(it);
     }
   }
+  // A held customer (a SimpleApp whose app has not called it since it was made) delivers from here on.
+  void release_customers() {
+    std::lock_guard lock(customers_mutex);
+    for (auto& [key, customer] : customers) customer->Release();
+  }
   void remove_customer(Customer* customer) {
     std::lock_guard lock(customers_mutex);
     customers.erase({customer->app_id(), customer->customer_id()});
@@ -303,6 +308,7 @@ void Postoffice::Start(int customer_id, const char* /*argv0*/, bool do_barrier) 
 
 void Postoffice::Finalize(int customer_id, bool do_barrier) {
   Node& node = *node_;
+  node.release_customers();
   std::unique_lock lock(node.mutex);
   CHECK(node.link) << "ps::Finalize before ps::Start";
   node.finalized_customers.insert(customer_id);
@@ -362,6 +368,7 @@ void Postoffice::RegisterExitCallback(const std::function<void()>& cb) {
 void Postoffice::Barrier(int /*customer_id*/, int node_group) {
   Node& node = *node_;
   node.wait_ready();
+  node.release_customers();
   std::unique_lock lock(node.mutex);
   CHECK(node.node_env->role != Role::kScheduler)
       << "Postoffice::Barrier on the scheduler: pstwin's scheduler takes part in the start and Finalize "

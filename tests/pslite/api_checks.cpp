@@ -4,6 +4,9 @@
 // barriers, ranks, and SimpleApp requests to the scheduler. A failed CHECK aborts the node, so the job
 // fails.
 //   api_checks kv     the checks
+//   api_checks late-handle  the servers and the scheduler set their handles 1 s after making their apps,
+//                           and each worker greets the scheduler at once too: early requests wait for
+//                           the handle instead of going to the default one
 //   api_checks crash  worker 1 dies after the start; every other node must end with the reason
 #include <atomic>
 #include <chrono>
@@ -81,6 +84,11 @@ class VectorStore {
 
 std::atomic<int> hellos{0};
 
+void greet_the_scheduler(int rank) {
+  ps::SimpleApp hello(kHelloApp, 0);
+  hello.Wait(hello.Request(rank, "hello", ps::kScheduler));
+}
+
 void run_worker() {
   const int rank = ps::MyRank();
   CHECK(rank >= 0 && rank < ps::NumWorkers()) << "rank " << rank;
@@ -120,8 +128,7 @@ void run_worker() {
   for (std::size_t i = 0; i < outs.size(); ++i)
     CHECK(outs[i] >= sum[i] + mine[i]) << "value " << i << ": " << outs[i] << " < " << sum[i] + mine[i];
 
-  ps::SimpleApp hello(kHelloApp, 0);
-  hello.Wait(hello.Request(rank, "hello", ps::kScheduler));
+  greet_the_scheduler(rank);
   LL << "api_checks: worker " << rank << " ok";
 }
 
@@ -134,6 +141,7 @@ int main(int argc, char* argv[]) {
   std::unique_ptr<ps::SimpleApp> hello_handler;
   if (ps::IsScheduler()) {
     hello_handler = std::make_unique<ps::SimpleApp>(kHelloApp, 0);
+    if (mode == "late-handle") std::this_thread::sleep_for(std::chrono::seconds(1));
     hello_handler->set_request_handle([](const ps::SimpleData& req, ps::SimpleApp* app) {
       CHECK_EQ(req.body, "hello");
       CHECK_EQ(req.sender, ps::Postoffice::WorkerRankToID(req.head))
@@ -156,10 +164,11 @@ int main(int argc, char* argv[]) {
       // Waits for a pull that worker 1, gone, never lets finish the job: the job must end anyway.
       ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup);
     } else {
+      if (mode == "late-handle") greet_the_scheduler(ps::MyRank());
       run_worker();
     }
   }
   ps::Finalize(0, true);
-  if (ps::IsScheduler()) CHECK_EQ(hellos.load(), ps::NumWorkers());
+  if (ps::IsScheduler()) CHECK_EQ(hellos.load(), (mode == "late-handle" ? 2 : 1) * ps::NumWorkers());
   return 0;
 }

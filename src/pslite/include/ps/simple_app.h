@@ -25,8 +25,11 @@ class SimpleApp {
   using Handle = std::function<void(const SimpleData& recved, SimpleApp* app)>;
 
   // `app_id` must match the remote app's; `customer_id` is unique within this process.
+  // The customer starts held: a request that comes before the app set its handles (or before obj_ is
+  // assigned) waits for the app's next call, not for the default handle.
   SimpleApp(int app_id, int customer_id) : SimpleApp() {
-    obj_ = std::make_unique<Customer>(app_id, customer_id, [this](const Message& msg) { Process(msg); });
+    obj_ = std::make_unique<Customer>(
+        app_id, customer_id, [this](const Message& msg) { Process(msg); }, true);
   }
   // The customer goes first: its thread may be calling Process.
   virtual ~SimpleApp() { obj_.reset(); }
@@ -35,6 +38,7 @@ class SimpleApp {
 
   // Sends a request to a node or a group (every node of it): its timestamp.
   virtual int Request(int req_head, const std::string& req_body, int recv_id) {
+    obj_->Release();
     const int ts = obj_->NewRequest(recv_id);
     Message msg;
     msg.meta.head = req_head;
@@ -51,7 +55,10 @@ class SimpleApp {
     return ts;
   }
   // Waits until every node the request went to responded.
-  virtual void Wait(int timestamp) { obj_->WaitRequest(timestamp); }
+  virtual void Wait(int timestamp) {
+    obj_->Release();
+    obj_->WaitRequest(timestamp);
+  }
   virtual void Response(const SimpleData& recv_req, const std::string& res_body = "") {
     Message msg;
     msg.meta.head = recv_req.head;
@@ -67,10 +74,12 @@ class SimpleApp {
   virtual void set_request_handle(const Handle& request_handle) {
     CHECK(request_handle) << "invalid request handle";
     request_handle_ = request_handle;
+    if (obj_) obj_->Release();
   }
   virtual void set_response_handle(const Handle& response_handle) {
     CHECK(response_handle) << "invalid response handle";
     response_handle_ = response_handle;
+    if (obj_) obj_->Release();
   }
   virtual Customer* get_customer() { return obj_.get(); }
 

@@ -15,8 +15,9 @@ namespace ps {
 class Customer {
  public:
   using RecvHandle = std::function<void(const Message& recved)>;
-  // Registers with this process's node: messages for it that came early are handed over now.
-  Customer(int app_id, int customer_id, const RecvHandle& recv_handle);
+  // Registers with this process's node: messages for it that came early are handed over now, or, when
+  // `held`, once Release is called (by the app, or by Finalize or Barrier at the latest).
+  Customer(int app_id, int customer_id, const RecvHandle& recv_handle, bool held = false);
   ~Customer();
   Customer(const Customer&) = delete;
   Customer& operator=(const Customer&) = delete;
@@ -34,6 +35,8 @@ class Customer {
   void Accept(const Message& recved);
   // Blocks until every accepted message has been handled.
   void WaitIdle();
+  // Starts handing messages to the handle (a pstwin extension; a no-op unless constructed held).
+  void Release();
 
  private:
   struct State;
