@@ -29,6 +29,24 @@ struct Platform {
   double cross_traffic = 0;  // reverse-path share of each flow
 };
 
+// The engine's command line (program name first): logs only on critical errors, no stack guard pages, and
+// under AddressSanitizer each actor on a thread of its own. ASan cannot follow an exception across the
+// stacks SimGrid's default contexts swap, since Debian's SimGrid is built without ASan's fiber
+// annotations, and it reports errors that are not there.
+class EngineArguments {
+ public:
+  explicit EngineArguments(std::string program);
+  EngineArguments(const EngineArguments&) = delete;
+  EngineArguments& operator=(const EngineArguments&) = delete;
+  int* argc() { return &argc_; }
+  char** argv() { return pointers_.data(); }
+
+ private:
+  std::vector<std::string> arguments_;
+  std::vector<char*> pointers_;  // into arguments_, then nullptr
+  int argc_ = 0;
+};
+
 // Sets the network-model configuration; call before build_platform, on a fresh engine.
 void configure_network_model(const Scenario& scenario);
 Platform build_platform(const Scenario& scenario);

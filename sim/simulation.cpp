@@ -122,10 +122,8 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   // An assertion that fires in a simulated run fires again on replay: say how.
   set_assertion_context("replay: " + replay_command(sc, sc.seed));
-  int argc = 3;
-  std::string arg0 = "pstwin", arg1 = "--log=root.thres:critical", arg2 = "--cfg=contexts/guard-size:0";
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-  s4u::Engine engine(&argc, argv);
+  EngineArguments arguments("pstwin");
+  s4u::Engine engine(arguments.argc(), arguments.argv());
   // A training step (Eigen, whose temporaries may take up to 128 KiB of stack) runs on an actor.
   const int stack_kb =
       sc.workload.kind == WorkloadKind::kMlp ? std::max(sc.sim.stack_size_kb, 1024) : sc.sim.stack_size_kb;
@@ -282,10 +280,8 @@ constexpr const char* kProbeRefusal = "probe refused: ";
 // The probe's child: the scenario's SimGrid settings on two hosts, one message between them.
 [[noreturn]] void probe_simgrid_child(const Scenario& sc) {
   try {
-    int argc = 2;
-    std::string arg0 = "pstwin", arg1 = "--log=root.thres:critical";
-    char* argv[] = {arg0.data(), arg1.data(), nullptr};
-    s4u::Engine engine(&argc, argv);
+    EngineArguments arguments("pstwin");
+    s4u::Engine engine(arguments.argc(), arguments.argv());
     s4u::Engine::set_config("contexts/stack-size:" + std::to_string(sc.sim.stack_size_kb));
     configure_network_model(sc);
     for (const auto& setting : sc.sim.simgrid_config) s4u::Engine::set_config(setting);

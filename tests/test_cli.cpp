@@ -174,8 +174,10 @@ TEST(Cli, ExploreHelpDescribesExploreJson) {
       EXPECT_TRUE(entry.contains(field)) << field << " in " << entry.dump();
 }
 
-// Bad input: exit 2, the field or option named on stderr, nothing on stdout, and in under 2 s (the
-// run is refused before it starts, whatever it would have cost).
+// Bad input: exit 2, the field or option named on stderr, nothing on stdout, and refused before the run
+// starts, whatever it would have cost. The 60 s bound is a hang guard, not a speed target: each of
+// these runs, if started, takes tens of minutes or all memory; a refusal takes well under a second
+// (3 s under ASan on a loaded machine).
 struct Refusal {
   std::string args;
   std::string names;
@@ -189,7 +191,7 @@ void expect_refused(const Refusal& refusal, const std::filesystem::path& dir) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find(refusal.names), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
-  EXPECT_LT(seconds, 2.0);
+  EXPECT_LT(seconds, 60.0) << "the run was started instead of refused";
 }
 
 TEST(Cli, WhatCannotFitIsRefusedUpFrontNamingTheField) {
@@ -292,11 +294,10 @@ TEST(Cli, NodeRefusesMisspelledAndUnsupportedVariables) {
            {"DMLC_ENABLE_RDMA=yes", "DMLC_ENABLE_RDMA=\"yes\": expected 0 or 1"},
        }) {
     SCOPED_TRACE(var);
-    const auto start = std::chrono::steady_clock::now();
+    // Exit 2 naming the variable: refused before connecting (an unreachable scheduler is exit 1).
     const auto r = run_shell(worker + var + " " + PSTWIN_BINARY + " node scenarios/quickstart.toml");
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(names), std::string::npos) << r.output;
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
   }
   // An ignored variable is a warning; here the bad role then stops the node.
   const auto r = run_shell(worker + "BYTEPS_SCHEDULING_CREDIT=8 DMLC_ROLE=wroker " + PSTWIN_BINARY +

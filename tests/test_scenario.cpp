@@ -863,7 +863,8 @@ TEST(Scenario, WhatCannotFitIsRefusedNamingTheFieldAndTheEstimate) {
     const auto start = std::chrono::steady_clock::now();
     const std::string error = error_of(base, overrides);
     EXPECT_NE(error.find(expected), std::string::npos) << error;
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+    // A hang guard, not a speed target: building what these ask for takes hours or all memory.
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
   }
   // The message says how much and of what, and what to lower.
   const std::string workers = error_of(base, {{"roles.workers", "10000000"}});

@@ -125,11 +125,8 @@ AppRun run_app_simulation(const Scenario& sc, const AppOptions& options,
   // it.
   const auto wall_start = std::chrono::steady_clock::now();
   set_assertion_context("replay: " + options.replay);
-  int argc = 3;
-  std::string arg0 = "pstwin-simapp", arg1 = "--log=root.thres:critical",
-              arg2 = "--cfg=contexts/guard-size:0";
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-  s4u::Engine engine(&argc, argv);
+  sim::EngineArguments arguments("pstwin-simapp");
+  s4u::Engine engine(arguments.argc(), arguments.argv());
   // An application's own code runs on these stacks: as much as a thread would have.
   s4u::Engine::set_config("contexts/stack-size:" + std::to_string(std::max(sc.sim.stack_size_kb, 8192)));
   sim::configure_network_model(sc);
