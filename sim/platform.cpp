@@ -58,9 +58,6 @@ s4u::Host* add_host(s4u::NetZone* zone, const Scenario& sc, const std::string& n
 
 EngineArguments::EngineArguments(std::string program)
     : arguments_{std::move(program), "--log=root.thres:critical", "--cfg=contexts/guard-size:0"} {
-#if defined(__SANITIZE_ADDRESS__)
-  arguments_.emplace_back("--cfg=contexts/factory:thread");
-#endif
   for (auto& argument : arguments_) pointers_.push_back(argument.data());
   pointers_.push_back(nullptr);
   argc_ = static_cast<int>(arguments_.size());

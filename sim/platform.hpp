@@ -29,10 +29,9 @@ struct Platform {
   double cross_traffic = 0;  // reverse-path share of each flow
 };
 
-// The engine's command line (program name first): logs only on critical errors, no stack guard pages, and
-// under AddressSanitizer each actor on a thread of its own. ASan cannot follow an exception across the
-// stacks SimGrid's default contexts swap, since Debian's SimGrid is built without ASan's fiber
-// annotations, and it reports errors that are not there.
+// The engine's command line (program name first): logs only on critical errors, no stack guard pages.
+// SimGrid's thread contexts, which ASan could follow better than its swapped stacks, deadlock when a
+// killed actor's unwinding releases an s4u::Mutex (SimGrid 3.32): every build keeps the default.
 class EngineArguments {
  public:
   explicit EngineArguments(std::string program);
