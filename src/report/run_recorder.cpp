@@ -218,7 +218,8 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
   // least their bandwidth-weighted mean, n ((1+c) M + k (1-c) q) / (f sum B), smallest over the k
   // fastest; every k is tried, as a slow server may cost more wait than it adds bandwidth.
   std::ranges::sort(server_bandwidths, std::greater<>());
-  double server_term = std::numeric_limits<double>::infinity(), fastest_sum = 0;
+  double server_term = server_bandwidths.empty() ? 0 : std::numeric_limits<double>::infinity();
+  double fastest_sum = 0;
   for (std::size_t k = 1; k <= server_bandwidths.size(); ++k) {
     fastest_sum += server_bandwidths[k - 1];
     server_term = std::min(
