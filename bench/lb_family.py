@@ -2,6 +2,7 @@
 """A seeded family of load-balancing scenarios, each run in the simulator: iteration time over the bound.
 
     bench/lb_family.py [--seed N] [--count K] [--pstwin BIN] [--out DIR] [-j JOBS] [--set FIELD=VALUE]...
+                       [--floor BYTES,BYTES,...]
 
 Each scenario (2-64 workers, 1-8 servers, 1-40 Gb/s NICs, homogeneous or mixed: servers, workers or
 both with NICs of 1, 1/2 or 1/4 the cluster's, 5-50 us links, 1-500 MB models in 1-40 tensors, workers x model at most 1 GB) leaves every `ps` field but `balancing = "lb"` at its default, so pstwin picks
@@ -9,7 +10,12 @@ partition size, scheduling credit and push/pull itself. Prints one line per scen
 values pstwin chose, achieved / bound from results.json's `bound`) and the distribution of that ratio
 (min, median, p90, max). `--set` is passed to every run (e.g. `--set ps.partition_bytes=4096000` to
 pin a field). The same seed gives the same family and, the simulator being deterministic, the same
-figures. Exits 1 if a run fails or breaks an invariant.
+figures. `--floor` reruns every scenario above 1.10 with each of the given partition sizes (the credit
+then follows the size, as for a scenario that sets it) and prints each scenario's best, its fastest
+run (chosen included) over the lowest of those runs' bounds (the bound counts the job's smallest
+partition), and their distribution: what a partition size picked per scenario with hindsight would
+give, the floor a rule of these fields can approach. Exits 1 if a run
+fails or breaks an invariant.
 """
 
 import argparse
@@ -108,8 +114,8 @@ def to_toml(shape, iterations):
     return "\n".join(lines)
 
 
-def run_one(pstwin, out, shape, iterations, sets):
-    directory = os.path.join(out, shape["name"])
+def run_one(pstwin, out, shape, iterations, sets, variant=""):
+    directory = os.path.join(out, shape["name"], variant) if variant else os.path.join(out, shape["name"])
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "scenario.toml")
     with open(path, "w", encoding="utf-8") as file:
@@ -151,6 +157,8 @@ def main():
     parser.add_argument("--out", default=None, help="output directory (default pstwin-out/lb_family_SEED)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="simulations at once (default 2)")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="FIELD=VALUE for every run")
+    parser.add_argument("--floor", default="", help="partition sizes (bytes, comma-separated) to rerun "
+                        "each scenario above 1.10 with")
     args = parser.parse_args()
     if args.count < 1 or args.iterations < 3:
         parser.error("--count must be >= 1 and --iterations >= 3 (iterations 0 and 1 are probes)")
@@ -161,6 +169,7 @@ def main():
         results = list(pool.map(lambda s: run_one(args.pstwin, out, s, args.iterations, args.sets), family))
 
     ratios = []
+    by_scenario = {}
     failed = 0
     print(f"lb_family seed {args.seed}: {len(family)} scenarios, {args.iterations} iterations each, out {out}")
     print(f'{"#":>3} {"scenario":<62} {"chosen (partition, credit, push_pull)":<34} {"bound s":>9} '
@@ -177,6 +186,7 @@ def main():
         achieved = bound["achieved_s"] if balanced else result["mean_iteration_s"]
         ratio = achieved / bound["time_s"]
         ratios.append(ratio)
+        by_scenario[index] = (achieved, bound["time_s"])
         chosen = result.get("lb", {}).get("chosen")
         chosen_text = (
             f'{chosen["partition_bytes"]} B, {chosen["scheduling_credit"]}, '
@@ -191,10 +201,60 @@ def main():
         ordered = sorted(ratios)
         print(f"achieved / bound over {len(ordered)} runs: min {ordered[0]:.3f}  median "
               f"{quantile(ordered, 0.5):.3f}  p90 {quantile(ordered, 0.9):.3f}  max {ordered[-1]:.3f}")
+    if args.floor and ratios:
+        failed += floor(args, out, family, by_scenario)
     if failed:
         print(f"{failed} run(s) failed", file=sys.stderr)
         return 1
     return 0
+
+
+def achieved_and_bound(result):
+    """(achieved, bound) of a clean run, or None."""
+    if result is None or not result.get("completed") or result["invariants"]["violation_count"] > 0:
+        return None
+    bound = result["bound"]
+    return (bound["achieved_s"] if bound["achieved_s"] > 0 else result["mean_iteration_s"]), bound["time_s"]
+
+
+def floor(args, out, family, by_scenario):
+    """Reruns the scenarios above 1.10 with each size of --floor; prints each one's best. Failed runs.
+
+    The bound counts the job's smallest partition, so runs of one scenario at different sizes have
+    different bounds: a scenario's best is its fastest run over the lowest of their bounds."""
+    sizes = [int(size) for size in args.floor.split(",") if size]
+    above = [index for index, (achieved, bound) in sorted(by_scenario.items()) if achieved > 1.10 * bound]
+    todo = [(index, size) for index in above for size in sizes]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        runs = list(
+            pool.map(
+                lambda job: run_one(
+                    args.pstwin, out, family[job[0]], args.iterations,
+                    args.sets + [f"ps.partition_bytes={job[1]}"], f"p{job[1]}"),
+                todo))
+    failed = 0
+    fastest = {index: achieved for index, (achieved, _) in by_scenario.items()}
+    lowest = {index: bound for index, (_, bound) in by_scenario.items()}
+    print(f"floor: scenarios above 1.10 rerun with partitions of {', '.join(str(s) for s in sizes)} B")
+    for (index, size), (_, result, _) in zip(todo, runs):
+        measured = achieved_and_bound(result)
+        if measured is None:
+            failed += 1
+            print(f"{index:>3} {size:>8} B FAILED")
+            continue
+        achieved, bound = measured
+        fastest[index] = min(fastest[index], achieved)
+        lowest[index] = min(lowest[index], bound)
+        print(f"{index:>3} {size:>8} B achieved {achieved:.4f} s, bound {bound:.4f} s: {achieved / bound:.3f}")
+    best = {index: fastest[index] / lowest[index] for index in by_scenario}
+    for index in above:
+        chosen_achieved, chosen_bound = by_scenario[index]
+        print(f"{index:>3} over the lowest bound ({lowest[index]:.4f} s): chosen "
+              f"{chosen_achieved / lowest[index]:.3f}, fastest {best[index]:.3f}")
+    ordered = sorted(best.values())
+    print(f"best of chosen and --floor over {len(ordered)} runs: min {ordered[0]:.3f}  median "
+          f"{quantile(ordered, 0.5):.3f}  p90 {quantile(ordered, 0.9):.3f}  max {ordered[-1]:.3f}")
+    return failed
 
 
 if __name__ == "__main__":

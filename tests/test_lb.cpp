@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -228,6 +229,56 @@ TEST(Lb, HeterogeneousServersWithinFivePercentOfTheOptimumAndFarFasterThanHashin
     }
   EXPECT_EQ(lb["invariants"]["violation_count"], 0);
   EXPECT_GT(lb["invariants"]["by_invariant"]["routing"]["checked"].get<int>(), 0);
+}
+
+// Two workers, one server, all at 1 Gb/s and 10 us, the model one partition, no ACK cross traffic, no
+// copy-in and a summation too fast to show (the bound leaves CPU costs out):
+// the server cannot answer before both pushes are in (2 M through its downlink) and then sends two
+// aggregates (2 M up), each step after a push's or a reply's two link latencies. By hand the best any
+// schedule can do is 4 M / (f B) + 4 L, and so is the bound; the bound without the round structure
+// (2 M / (f B) + 4 L) was half of it.
+TEST(Lb, BoundCountsTheFirstKeysWaitAndOnePartitionReachesIt) {
+  const auto dir = fresh_dir("lb-bound-one-partition");
+  const auto path = dir / "scenario.toml";
+  std::ofstream(path) << R"(
+name = "lb_bound_one_partition"
+[cluster]
+host_bandwidth = "1Gbps"
+host_latency = "10us"
+[roles]
+servers = 1
+workers = 2
+[ps]
+balancing = "lb"
+partition_bytes = "8MB"
+[workload]
+model_bytes = "4MB"
+tensors = 1
+compute = "0s"
+iterations = 4
+payload = "phantom"
+sum_bandwidth = "100TBps"
+[staging]
+enabled = false
+[sim]
+simgrid_config = ["network/crosstraffic:0"]
+[output]
+trace = false
+)";
+  const double wire = 4e6 + kHeaderBytes, f = 0.97, bandwidth = 125e6, latency = 10e-6;
+  const double optimum = 2 * 2 * wire / (f * bandwidth) + 4 * latency;
+  const auto lb = sim("lb-bound-one-partition-run", path.string());
+  ASSERT_TRUE(lb["bound"].is_object());
+  EXPECT_NEAR(lb["bound"]["time_s"].get<double>(), optimum, 1e-9 * optimum) << lb["bound"]["formula"];
+  // Every iteration (probes too: one server, nothing to balance) takes the optimum, never less.
+  ASSERT_EQ(lb["iterations"].size(), 4u);
+  for (const auto& iteration : lb["iterations"]) {
+    EXPECT_GE(iteration["time_s"].get<double>(), optimum * (1 - 1e-9));
+    EXPECT_NEAR(iteration["time_s"].get<double>(), optimum, 1e-4 * optimum);
+  }
+  // One server leaves no split to choose: the hash bound, which always counted the wait, agrees.
+  const auto hash = sim("lb-bound-one-partition-hash", path.string() + " --set ps.balancing=hash");
+  EXPECT_NEAR(hash["bound"]["time_s"].get<double>(), optimum, 1e-9 * optimum) << hash["bound"]["formula"];
 }
 
 TEST(Lb, ProbeStateEnteredWhenMeasurementsAreMissing) {

@@ -61,27 +61,31 @@ TEST(LbTuning, PartitionsCreditAndFusedFollowTheLinks) {
                           .chose_push_pull = true};
   EXPECT_EQ(*s.lb_chosen, expected);
 
-  // Equal servers: M / (100 S). 4 servers at 10 Gb/s, 400 MB: 1,000,000 B.
-  EXPECT_EQ(parse(equal_links()).ps.partition_bytes, 244u * 4096);
-  // A small model: the per-message floor, 100 us of the fastest link (10 Gb/s: 125,000 B), wins.
-  EXPECT_EQ(parse(kHetero, {{"workload.model_bytes", "2MB"}}).ps.partition_bytes, 30u * 4096);
+  // Equal servers: M / (100 S). 4 servers at 10 Gb/s, 400 MB: 1,000,000 B, 244 x 4 KiB; the 40 MB
+  // tensors in 40 equal pieces: 1,000,000 B up to 4 KiB.
+  EXPECT_EQ(parse(equal_links()).ps.partition_bytes, 245u * 4096);
+  // A small model: the per-message floor, 100 us of the fastest link (10 Gb/s: 125,000 B, 30 x 4 KiB),
+  // wins; the 200 KB tensors then go in two equal pieces rather than 122,880 B and a remainder.
+  EXPECT_EQ(parse(kHetero, {{"workload.model_bytes", "2MB"}}).ps.partition_bytes, 25u * 4096);
   // A small model on 8 servers at 40 Gb/s: 500 KB partitions would leave servers out of the probe;
-  // 4 partitions per server instead (5 MB / 32 = 156,250 B).
+  // 4 partitions per server instead (5 MB / 32 = 156,250 B, 38 x 4 KiB). Its 500 KB tensors in round 3
+  // pieces would leave 30 partitions for 8 servers: in ceil 4 equal ones (125,000 B up to 4 KiB).
   EXPECT_EQ(
       parse(equal_links(),
             {{"cluster.host_bandwidth", "40Gbps"}, {"roles.servers", "8"}, {"workload.model_bytes", "5MB"}})
           .ps.partition_bytes,
-      38u * 4096);
-  // A large model on one server: capped at BytePS's 4,096,000.
+      31u * 4096);
+  // A large model on one server: capped at BytePS's 4,096,000, and its 50 MB tensors then in 13 equal
+  // pieces (3,846,154 B up to 4 KiB).
   EXPECT_EQ(parse(kHetero, {{"roles.servers", "1"}, {"workload.model_bytes", "500MB"}}).ps.partition_bytes,
-            4096000u);
+            940u * 4096);
   // Long links: 50 us each at 40 Gb/s, a 200 us round trip carries 1 MB; partitions of 100 us (500 KB,
-  // 122 x 4 KiB): 2 + ceil(1e6 / 499,712) = 5.
+  // 122 x 4 KiB), the 2 MB tensors in 4 equal pieces (123 x 4 KiB): 2 + ceil(1e6 / 503,808) = 4.
   const Scenario far = parse(equal_links(), {{"cluster.host_bandwidth", "40Gbps"},
                                              {"cluster.host_latency", "50us"},
                                              {"workload.model_bytes", "20MB"}});
-  EXPECT_EQ(far.ps.partition_bytes, 122u * 4096);
-  EXPECT_EQ(far.ps.scheduling_credit, 5);
+  EXPECT_EQ(far.ps.partition_bytes, 123u * 4096);
+  EXPECT_EQ(far.ps.scheduling_credit, 4);
 }
 
 TEST(LbTuning, FieldsTheScenarioSetsAreKept) {
@@ -177,6 +181,52 @@ TEST(LbTuning, GeneratedScenarioWithDefaultsWithinTenPercentOfItsBound) {
   const auto p = read_json(pinned_dir / "results.json");
   EXPECT_GT(p["bound"]["achieved_s"].get<double>(), 1.2 * bound);
   EXPECT_EQ(p["lb"]["chosen"]["chosen_fields"].size(), 0u);
+}
+
+// `bench/lb_family.py --seed 1`'s index 0: 3 workers (two at 5 Gb/s) and 2 servers at 10 Gb/s, 50 us
+// links, 32 tensors of 137.5 KB.
+constexpr std::string_view kSmallTensors = R"(
+[workload]
+model_bytes = "4.4MB"
+tensors = 32
+compute = "0s"
+iterations = 5
+payload = "phantom"
+[roles]
+workers = 3
+servers = 2
+[ps]
+balancing = "lb"
+[cluster]
+host_latency = "50us"
+host_bandwidth = "10Gbps"
+links = { h3 = { bandwidth = "5Gbps" }, h5 = { bandwidth = "5Gbps" } }
+[output]
+trace = false
+)";
+
+TEST(LbTuning, TensorsGoInEqualPiecesNotAPartitionAndARemainder) {
+  // 100 us of the 10 Gb/s links is 125,000 B, 120 KiB in steps: each 137,500 B tensor would go as
+  // 122,880 + 14,620 B, 64 messages a worker; one piece per tensor instead (34 x 4 KiB), 32 messages.
+  EXPECT_EQ(parse(kSmallTensors).ps.partition_bytes, 34u * 4096);
+  // In SimGrid every message pays its route's latency (100 us here) in turn on its connection, as long
+  // as a 137.5 KB message takes on a 5 Gb/s worker's two connections: whole tensors run the job
+  // markedly faster than tensors cut at 120 KiB. (Where a NIC's bytes dominate, the two tie.)
+  const auto dir = fresh_dir("lb-tuning-equal-pieces");
+  const auto path = dir / "scenario.toml";
+  std::ofstream(path) << kSmallTensors;
+  const auto run = run_pstwin("sim " + path.string() + " -q --out " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto cut_dir = fresh_dir("lb-tuning-equal-pieces-cut");
+  const auto cut = run_pstwin("sim " + path.string() + " -q --out " + cut_dir.string() +
+                              " --set ps.partition_bytes=122880");
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  const auto whole = read_json(dir / "results.json"), pieces = read_json(cut_dir / "results.json");
+  EXPECT_EQ(whole["invariants"]["violation_count"], 0);
+  EXPECT_EQ(pieces["invariants"]["violation_count"], 0);
+  const double whole_s = whole["bound"]["achieved_s"], pieces_s = pieces["bound"]["achieved_s"];
+  EXPECT_GE(whole_s, whole["bound"]["time_s"].get<double>());
+  EXPECT_LT(whole_s, 0.92 * pieces_s);
 }
 
 }  // namespace

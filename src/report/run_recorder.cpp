@@ -1,6 +1,7 @@
 #include "report/run_recorder.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -190,20 +191,41 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
   if (!closed_form_applies(sc)) return std::nullopt;
   const double n = sc.roles.workers, f = bandwidth_factor, c = cross_traffic;
   const double model = model_wire_bytes(workload);
-  double servers_bandwidth = 0, min_latency = std::numeric_limits<double>::infinity();
+  // Whatever the split, the last key a worker pushes and the first key a server answers are whole
+  // partitions: q, the smallest one's wire bytes, is what the round structure costs at least.
+  double smallest = 0;
+  for (const auto& p : workload.partitions()) {
+    const auto wire = static_cast<double>(p.bytes + kHeaderBytes);
+    smallest = smallest == 0 ? wire : std::min(smallest, wire);
+  }
+  std::vector<double> server_bandwidths;
+  double min_latency = std::numeric_limits<double>::infinity();
   for (int s = 0; s < sc.roles.servers; ++s) {
     const LinkSpec link = sc.host_link(sc.server_host_name(s));
-    servers_bandwidth += link.bandwidth_Bps;
+    server_bandwidths.push_back(link.bandwidth_Bps);
     min_latency = std::min(min_latency, link.latency_s);
   }
+  // A worker's last push leaves once its uplink carried the model and the ACKs of what it pulled by
+  // then (at most M - q); the last key's aggregate (at least q) comes down after it.
   double worker_term = 0;
   for (int w = 0; w < sc.roles.workers; ++w) {
     const LinkSpec link = sc.host_link(sc.worker_host_name(w));
-    worker_term = std::max(worker_term, (1 + c) * model / (f * link.bandwidth_Bps));
+    worker_term = std::max(worker_term, ((1 + c) * model + (1 - c) * smallest) / (f * link.bandwidth_Bps));
     min_latency = std::min(min_latency, link.latency_s);
   }
-  // Shares proportional to bandwidth finish every server at once: n(1+c)M / (f sum B_j).
-  double server_term = n * (1 + c) * model / (f * servers_bandwidth);
+  // A server with a share answers nothing before one key is in from every worker (n q), then sends
+  // n times its share: n ((1+c) M_j + (1-c) q) / (f B_j). Its max over the k servers with a share is at
+  // least their bandwidth-weighted mean, n ((1+c) M + k (1-c) q) / (f sum B), smallest over the k
+  // fastest; every k is tried, as a slow server may cost more wait than it adds bandwidth.
+  std::ranges::sort(server_bandwidths, std::greater<>());
+  double server_term = server_bandwidths.empty() ? 0 : std::numeric_limits<double>::infinity();
+  double fastest_sum = 0;
+  for (std::size_t k = 1; k <= server_bandwidths.size(); ++k) {
+    fastest_sum += server_bandwidths[k - 1];
+    server_term = std::min(
+        server_term, n * ((1 + c) * model + static_cast<double>(k) * (1 - c) * smallest) / (f * fastest_sum));
+  }
+  const double servers_bandwidth = fastest_sum;
   if (sc.lb.worker_aggregators) {
     // Every server and worker link at once (optimal_split, docs/FPT.md); it covers the workers' links.
     std::vector<double> servers, workers;
@@ -219,22 +241,27 @@ std::optional<Bound> balanced_bound(const Scenario& sc, const SyntheticWorkload&
   // With worker aggregators a worker's share of its own range stays on its host: at least n-1 of n.
   const double crossing = sc.lb.worker_aggregators ? n - 1 : n;
   const double switch_term = switch_Bps > 0 ? 2 * crossing * (1 + c) * model / (f * switch_Bps) : 0;
+  // Push and aggregate each cross two NICs: 2 lf L each way. The ACKs of pushes still in flight may
+  // use the down link while the last aggregate's latency runs, for at most c of it: (4 - 2c) lf L.
+  const double latency = (4 - 2 * c) * latency_factor * min_latency;
   Bound result;
-  result.time_s = sc.workload.compute_s + std::max({worker_term, server_term, switch_term}) +
-                  4 * latency_factor * min_latency;
+  result.time_s = sc.workload.compute_s + std::max({worker_term, server_term, switch_term}) + latency;
   std::ostringstream why;
   if (sc.lb.worker_aggregators)
     why << "compute + max(M*(1 + W/(n-2)) / (sum_j b_j/n + sum_w b_w/(n-2))"
         << (switch_Bps > 0 ? ", 2*(n-1)*(1+c)*M/(f*S)" : "")
-        << ") + 4*lf*L with b = f*B/(1+c) (the best split over servers and W worker aggregators: every link "
-           "busy for the same time; a worker whose share would be negative aggregates nothing); n=";
+        << ") + (4-2c)*lf*L with b = f*B/(1+c) (the best split over servers and W worker aggregators: every "
+           "link busy for the same time; a worker whose share would be negative aggregates nothing); n=";
   else
-    why << "compute + max(max_w (1+c)*M/(f*B_w), n*(1+c)*M/(f*sum_j B_j)"
+    why << "compute + max(max_w ((1+c)*M + (1-c)*q)/(f*B_w), min_k n*((1+c)*M + k*(1-c)*q)/(f*sum of the k "
+           "fastest B_j)"
         << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "")
-        << ") + 4*lf*L (the best split of the model over the servers: shares proportional to bandwidth); n=";
+        << ") + (4-2c)*lf*L (the best split of the model over the servers; the last key pushed and the first "
+           "key answered are whole partitions); n=";
   // The symbols' values, for both forms (the aggregator one used to end at "n=").
-  why << sc.roles.workers << " workers, M = " << model << " wire bytes, sum_j B_j = " << servers_bandwidth
-      << " B/s, f = " << f << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency << " s";
+  why << sc.roles.workers << " workers, M = " << model << " wire bytes, q = " << smallest
+      << " wire bytes (smallest partition), sum_j B_j = " << servers_bandwidth << " B/s, f = " << f
+      << ", lf = " << latency_factor << ", c = " << c << ", L = " << min_latency << " s";
   result.formula = why.str();
   return result;
 }

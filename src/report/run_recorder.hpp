@@ -44,9 +44,9 @@ class RunRecorder final : public RunObserver {
 std::optional<Bound> analytic_bound(const Scenario& scenario, const SyntheticWorkload& workload,
                                     double bandwidth_factor, double latency_factor, double cross_traffic);
 
-// ps.balancing = "lb": the optimum over every split of the model between the servers (docs/FPT.md),
-// max(max_w (1+c)M/(f B_w), n (1+c)M/(f sum_j B_j)) + compute + latency; nothing where no closed form
-// applies.
+// ps.balancing = "lb": a lower bound over every split of the model between the servers (docs/FPT.md),
+// max(max_w ((1+c)M + (1-c)q)/(f B_w), min_k n((1+c)M + k(1-c)q)/(f sum of the k fastest B_j))
+// + compute + (4-2c) lf L, q the smallest partition; nothing where no closed form applies.
 std::optional<Bound> balanced_bound(const Scenario& scenario, const SyntheticWorkload& workload,
                                     double bandwidth_factor, double latency_factor, double cross_traffic);
 
