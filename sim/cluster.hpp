@@ -23,6 +23,7 @@
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "ps/faults.hpp"
+#include "report/breakdown.hpp"
 #include "report/link_timeline.hpp"
 #include "report/run_report.hpp"
 #include "sim/message_network.hpp"
@@ -170,7 +171,7 @@ class SimNode final : public Runtime {
   void fail(std::string text) override;
 
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
-                  Seconds end, std::optional<TraceMessage> message = std::nullopt);
+                  Seconds end, const std::optional<TraceMessage>& message = std::nullopt);
   // [cpu]: runs `cost` seconds of the van's work on this node's net lane after what it already holds
   // (serial, in the order charged); returns when that work ends.
   Seconds charge_net(std::string_view what, Seconds cost, const TraceMessage& message);
@@ -240,9 +241,10 @@ class Cluster {
   // A message of `bytes` on the wire from `start` to `end`: counted on every link it crossed.
   void account(const SimNode& from, const SimNode& to, Command command, std::uint64_t bytes, Seconds start,
                Seconds end);
-  void record_span(TraceSpan span);
+  // `span` on `lane` of process `pid`: to the sink, and to trace.json if output.trace keeps it.
+  void record_span(const SpanView& span, int pid, std::string_view lane);
   // Sees every span, before output.trace and its cap decide whether trace.json keeps it.
-  void set_span_sink(std::function<void(const TraceSpan&)> sink) { span_sink_ = std::move(sink); }
+  void set_span_sink(std::function<void(const SpanView&)> sink) { span_sink_ = std::move(sink); }
   void progress() { last_progress_ = simgrid::s4u::Engine::get_clock(); }
   void fail(const std::string& who, const std::string& text);
   // Called by a node that fails, instead of ending every actor (the run's end then is the handler's):
@@ -290,7 +292,7 @@ class Cluster {
   CrossHostTraffic cross_host_;
   std::vector<TraceSpan> trace_;
   std::uint64_t trace_dropped_ = 0;
-  std::function<void(const TraceSpan&)> span_sink_;
+  std::function<void(const SpanView&)> span_sink_;
   std::string failure_;
   std::function<void()> failure_handler_;
   Seconds last_progress_ = 0;

@@ -64,8 +64,18 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
   flow.bound_rate = 0;
   flow.seen = 0;
   dirty_.clear();
+  const bool spilled = flow.uses.size() > Member{}.others.size() + 1;
   for (const auto& use : flow.uses) {
-    links_[static_cast<std::size_t>(use.link)].flows.push_back(id);
+    Link& link = links_[static_cast<std::size_t>(use.link)];
+    link.flows.push_back(id);
+    Member member{id, use.weight / flow.penalty, flow.bound * flow.penalty, 0, {}};
+    if (spilled) {
+      member.count = Member::kSpilled;
+    } else {
+      for (const auto& other : flow.uses)
+        if (other.link != use.link) member.others[member.count++] = other.link;
+    }
+    link.members.push_back(member);
     dirty_.push_back(use.link);
   }
   relevel(now, id);
@@ -93,8 +103,10 @@ void MaxMinFlows::remove_flow(double now, std::uint64_t id) {
   }
   dirty_.clear();
   for (const auto& use : flow.uses) {
-    auto& ids = links_[static_cast<std::size_t>(use.link)].flows;
-    ids.erase(std::find(ids.begin(), ids.end(), id));
+    Link& link = links_[static_cast<std::size_t>(use.link)];
+    const auto at = std::find(link.flows.begin(), link.flows.end(), id) - link.flows.begin();
+    link.flows.erase(link.flows.begin() + at);
+    link.members.erase(link.members.begin() + at);
     dirty_.push_back(use.link);
   }
   flow.active = false;
@@ -134,15 +146,15 @@ double MaxMinFlows::water_level(int index, double& slack) const {
   auto& capped = scratch_;  // (cap level, weight / penalty)
   capped.clear();
   double free_weight = 0;
-  for (const auto id : link.flows) {
-    const Flow& flow = flows_[id];
-    double weight = 0;
-    double cap = flow.bound * flow.penalty;
-    for (const auto& use : flow.uses) {
-      if (use.link == index)
-        weight = use.weight / flow.penalty;
-      else
-        cap = std::min(cap, level_[static_cast<std::size_t>(use.link)]);
+  for (const Member& member : link.members) {
+    const double weight = member.share;
+    double cap = member.own_cap;
+    if (member.count == Member::kSpilled) {
+      for (const auto& use : flows_[member.id].uses)
+        if (use.link != index) cap = std::min(cap, level_[static_cast<std::size_t>(use.link)]);
+    } else {
+      for (std::uint8_t k = 0; k < member.count; ++k)
+        cap = std::min(cap, level_[static_cast<std::size_t>(member.others[k])]);
     }
     if (std::isinf(cap))
       free_weight += weight;

@@ -10,6 +10,7 @@
 // and runs the callbacks then (the senders need no actor of their own).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -62,6 +63,15 @@ class MaxMinFlows {
     double bound_rate = 0;   // rate while capped by its bound
     std::uint64_t seen = 0;  // last relevel pass that touched it
   };
+  // A flow as one of its links sees it.
+  struct Member {
+    static constexpr std::uint8_t kSpilled = 0xff;  // more other links than fit: read its Flow
+    std::uint64_t id = 0;
+    double share = 0;    // this link's weight / penalty: the flow's rate per unit of level
+    double own_cap = 0;  // bound x penalty: the level above which its bound holds it
+    std::uint8_t count = 0;
+    std::array<int, 7> others{};  // its other links
+  };
   struct Link {
     double capacity = 0;
     double level = kUnbounded;  // a flow of penalty p gets level / p here (infinite: not saturated)
@@ -72,7 +82,10 @@ class MaxMinFlows {
     // neighbour's rising level spends it; only when it runs out can this link fill, so only then is
     // it re-levelled (with many flows, almost every neighbour of a moved level stays unsaturated).
     double slack = 0;
-    std::vector<std::uint64_t> flows;                 // every flow using it
+    std::vector<std::uint64_t> flows;  // every flow using it
+    // What water filling reads of each flow, in the order of `flows` (the sums' order, so results
+    // stay bit for bit), packed: reading it through `flows_` cost a cache miss per flow.
+    std::vector<Member> members;
     std::set<std::pair<double, std::uint64_t>> done;  // bottlenecked flows by virtual finish
   };
   void advance(Link& link, double now);
