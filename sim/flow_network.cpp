@@ -41,6 +41,7 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
     free_ids_.erase(free_ids_.begin());
   } else {
     flows_.emplace_back();
+    seen_.push_back(0);
   }
   ++active_;
   Flow& flow = flows_[id];
@@ -62,7 +63,7 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
   flow.bottleneck = -2;  // not placed yet; `finish` holds its bytes
   flow.finish = bytes;
   flow.bound_rate = 0;
-  flow.seen = 0;
+  seen_[id] = 0;
   dirty_.clear();
   const bool spilled = flow.uses.size() > Member{}.others.size() + 1;
   for (const auto& use : flow.uses) {
@@ -227,8 +228,8 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
   queue.clear();
   std::size_t head = 0;
   auto touch = [&](std::uint64_t id) {
-    if (flows_[id].seen == pass_) return;
-    flows_[id].seen = pass_;
+    if (seen_[id] == pass_) return;
+    seen_[id] = pass_;
     touched.push_back(id);
   };
   // A flow's bottleneck only moves when one of its levels does (those touch it below), or when it
@@ -263,26 +264,35 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
     level_[static_cast<std::size_t>(index)] = level;
     refresh.push_back(index);
     const double low = std::min(level, old);
-    for (const auto id : link.flows) {
-      touch(id);
-      for (const auto& use : flows_[id].uses) {
-        if (use.link == index) continue;
-        Link& other = links_[static_cast<std::size_t>(use.link)];
-        // A saturated link only sees this one if the flow may be capped below its level; an
-        // unsaturated one can only fill up if this level rose, by more than its slack.
-        bool matters = low < other.level;
-        if (std::isinf(other.level) && level > old) {
-          // The flow's cap rises by at most the rise of this level, its demand on `other` by that
-          // times its weight there.
-          other.slack -= std::isinf(level) ? kInf : (level - old) * use.weight / flows_[id].penalty;
-          matters = !(other.slack > 0);
-        } else if (std::isinf(other.level)) {
-          matters = false;
-        }
-        if (matters && !other.queued) {
-          other.queued = true;
-          queue.push_back(use.link);
-        }
+    // This level moved: does the flow `id`'s other link `other_index` need re-levelling?
+    auto propagate = [&](std::uint64_t id, int other_index) {
+      const double other_level = level_[static_cast<std::size_t>(other_index)];
+      // A saturated link only sees this one if the flow may be capped below its level; an
+      // unsaturated one can only fill up if this level rose, by more than its slack.
+      bool matters = low < other_level;
+      Link& other = links_[static_cast<std::size_t>(other_index)];
+      if (std::isinf(other_level) && level > old) {
+        // The flow's cap rises by at most the rise of this level, its demand on `other` by that
+        // times its weight there.
+        const Flow& flow = flows_[id];
+        const auto use = std::ranges::find(flow.uses, other_index, &Use::link);
+        other.slack -= std::isinf(level) ? kInf : (level - old) * use->weight / flow.penalty;
+        matters = !(other.slack > 0);
+      } else if (std::isinf(other_level)) {
+        matters = false;
+      }
+      if (matters && !other.queued) {
+        other.queued = true;
+        queue.push_back(other_index);
+      }
+    };
+    for (const Member& member : link.members) {
+      touch(member.id);
+      if (member.count == Member::kSpilled) {
+        for (const auto& use : flows_[member.id].uses)
+          if (use.link != index) propagate(member.id, use.link);
+      } else {
+        for (std::uint8_t k = 0; k < member.count; ++k) propagate(member.id, member.others[k]);
       }
     }
   }

@@ -58,10 +58,9 @@ class MaxMinFlows {
     // Inline: water filling reads every flow of a link at each event, and a route has at most
     // eight links with its cross traffic (two-tier, both directions).
     boost::container::small_vector<Use, 8> uses;
-    int bottleneck = -1;     // link index, -1: capped by its own bound, -2: not placed yet
-    double finish = 0;       // bottleneck's virtual time at completion, or absolute time (bound)
-    double bound_rate = 0;   // rate while capped by its bound
-    std::uint64_t seen = 0;  // last relevel pass that touched it
+    int bottleneck = -1;    // link index, -1: capped by its own bound, -2: not placed yet
+    double finish = 0;      // bottleneck's virtual time at completion, or absolute time (bound)
+    double bound_rate = 0;  // rate while capped by its bound
   };
   // A flow as one of its links sees it.
   struct Member {
@@ -98,8 +97,9 @@ class MaxMinFlows {
   void refresh_completion(int link);
 
   std::vector<Link> links_;
-  std::vector<double> level_;  // links_[i].level, packed: what water filling reads most
-  std::vector<Flow> flows_;    // by id; ids of finished flows are reused, lowest first
+  std::vector<double> level_;        // links_[i].level, packed: what water filling reads most
+  std::vector<Flow> flows_;          // by id; ids of finished flows are reused, lowest first
+  std::vector<std::uint64_t> seen_;  // by flow id: the last relevel pass that touched it
   std::set<std::uint64_t> free_ids_;
   std::size_t active_ = 0;
   std::set<std::pair<double, std::uint64_t>> bound_done_;  // flows capped by their bound: (time, id)
