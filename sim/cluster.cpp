@@ -542,9 +542,8 @@ void SimNode::trace_tagged(std::string_view lane, std::string_view category, std
 }
 
 void SimNode::trace_lane(std::string_view lane, std::string_view category, std::string_view name,
-                         Seconds start, Seconds end, std::optional<TraceMessage> message) {
-  cluster_.record_span(
-      {label_, pid_, std::string(lane), std::string(category), std::string(name), start, end, message});
+                         Seconds start, Seconds end, const std::optional<TraceMessage>& message) {
+  cluster_.record_span({label_, category, name, start, end, message ? &*message : nullptr}, pid_, lane);
 }
 
 void SimNode::log(std::string_view text) {
@@ -693,7 +692,7 @@ void Cluster::dropped(const MessageHeader& header, const SimNode& from, const Si
         describe_drop(header, from.label(), to.label(), simgrid::s4u::Engine::get_clock(), why);
 }
 
-void Cluster::record_span(TraceSpan span) {
+void Cluster::record_span(const SpanView& span, int pid, std::string_view lane) {
   if (span_sink_) span_sink_(span);
   if (!scenario_.output.trace) return;
   if (span.message && !scenario_.output.traces(span.message->key, span.message->iteration)) return;
@@ -701,7 +700,9 @@ void Cluster::record_span(TraceSpan span) {
     ++trace_dropped_;
     return;
   }
-  trace_.push_back(std::move(span));
+  trace_.push_back({std::string(span.process), pid, std::string(lane), std::string(span.category),
+                    std::string(span.name), span.start_s, span.end_s,
+                    span.message ? std::optional(*span.message) : std::nullopt});
 }
 
 void Cluster::fail(const std::string& who, const std::string& text) {

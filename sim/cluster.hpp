@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include <boost/container/flat_map.hpp>
 #include <simgrid/s4u.hpp>
 
 #include "core/codec.hpp"
@@ -23,6 +24,7 @@
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "ps/faults.hpp"
+#include "report/breakdown.hpp"
 #include "report/link_timeline.hpp"
 #include "report/run_report.hpp"
 #include "sim/message_network.hpp"
@@ -170,7 +172,7 @@ class SimNode final : public Runtime {
   void fail(std::string text) override;
 
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
-                  Seconds end, std::optional<TraceMessage> message = std::nullopt);
+                  Seconds end, const std::optional<TraceMessage>& message = std::nullopt);
   // [cpu]: runs `cost` seconds of the van's work on this node's net lane after what it already holds
   // (serial, in the order charged); returns when that work ends.
   Seconds charge_net(std::string_view what, Seconds cost, const TraceMessage& message);
@@ -205,7 +207,9 @@ class SimNode final : public Runtime {
   simgrid::s4u::ConditionVariablePtr stopped_changed_;
   simgrid::s4u::SemaphorePtr flow_slots_;
   FlowSlots flow_queue_;
-  std::map<NodeId, SimNode*> peers_;
+  // Every node connects to every other (the node table): sorted pairs, not tree nodes, as the
+  // simulation holds nodes squared of them (8,000 nodes: 64 million).
+  boost::container::flat_map<NodeId, SimNode*> peers_;
   std::map<NodeId, std::unique_ptr<Stream>> streams_;
   // sim.send_pool_slots > 0: bulk messages wait here (control ones go straight to their stream, which
   // sends them first anyway); each connection has at most one in transmission, the node `slots`.
@@ -240,9 +244,10 @@ class Cluster {
   // A message of `bytes` on the wire from `start` to `end`: counted on every link it crossed.
   void account(const SimNode& from, const SimNode& to, Command command, std::uint64_t bytes, Seconds start,
                Seconds end);
-  void record_span(TraceSpan span);
+  // `span` on `lane` of process `pid`: to the sink, and to trace.json if output.trace keeps it.
+  void record_span(const SpanView& span, int pid, std::string_view lane);
   // Sees every span, before output.trace and its cap decide whether trace.json keeps it.
-  void set_span_sink(std::function<void(const TraceSpan&)> sink) { span_sink_ = std::move(sink); }
+  void set_span_sink(std::function<void(const SpanView&)> sink) { span_sink_ = std::move(sink); }
   void progress() { last_progress_ = simgrid::s4u::Engine::get_clock(); }
   void fail(const std::string& who, const std::string& text);
   // Called by a node that fails, instead of ending every actor (the run's end then is the handler's):
@@ -290,7 +295,7 @@ class Cluster {
   CrossHostTraffic cross_host_;
   std::vector<TraceSpan> trace_;
   std::uint64_t trace_dropped_ = 0;
-  std::function<void(const TraceSpan&)> span_sink_;
+  std::function<void(const SpanView&)> span_sink_;
   std::string failure_;
   std::function<void()> failure_handler_;
   Seconds last_progress_ = 0;

@@ -41,6 +41,7 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
     free_ids_.erase(free_ids_.begin());
   } else {
     flows_.emplace_back();
+    seen_.push_back(0);
   }
   ++active_;
   Flow& flow = flows_[id];
@@ -62,10 +63,20 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
   flow.bottleneck = -2;  // not placed yet; `finish` holds its bytes
   flow.finish = bytes;
   flow.bound_rate = 0;
-  flow.seen = 0;
+  seen_[id] = 0;
   dirty_.clear();
+  const bool spilled = flow.uses.size() > Member{}.others.size() + 1;
   for (const auto& use : flow.uses) {
-    links_[static_cast<std::size_t>(use.link)].flows.push_back(id);
+    Link& link = links_[static_cast<std::size_t>(use.link)];
+    link.flows.push_back(id);
+    Member member{id, use.weight / flow.penalty, flow.bound * flow.penalty, 0, {}};
+    if (spilled) {
+      member.count = Member::kSpilled;
+    } else {
+      for (const auto& other : flow.uses)
+        if (other.link != use.link) member.others[member.count++] = other.link;
+    }
+    link.members.push_back(member);
     dirty_.push_back(use.link);
   }
   relevel(now, id);
@@ -93,8 +104,10 @@ void MaxMinFlows::remove_flow(double now, std::uint64_t id) {
   }
   dirty_.clear();
   for (const auto& use : flow.uses) {
-    auto& ids = links_[static_cast<std::size_t>(use.link)].flows;
-    ids.erase(std::find(ids.begin(), ids.end(), id));
+    Link& link = links_[static_cast<std::size_t>(use.link)];
+    const auto at = std::find(link.flows.begin(), link.flows.end(), id) - link.flows.begin();
+    link.flows.erase(link.flows.begin() + at);
+    link.members.erase(link.members.begin() + at);
     dirty_.push_back(use.link);
   }
   flow.active = false;
@@ -134,15 +147,15 @@ double MaxMinFlows::water_level(int index, double& slack) const {
   auto& capped = scratch_;  // (cap level, weight / penalty)
   capped.clear();
   double free_weight = 0;
-  for (const auto id : link.flows) {
-    const Flow& flow = flows_[id];
-    double weight = 0;
-    double cap = flow.bound * flow.penalty;
-    for (const auto& use : flow.uses) {
-      if (use.link == index)
-        weight = use.weight / flow.penalty;
-      else
-        cap = std::min(cap, level_[static_cast<std::size_t>(use.link)]);
+  for (const Member& member : link.members) {
+    const double weight = member.share;
+    double cap = member.own_cap;
+    if (member.count == Member::kSpilled) {
+      for (const auto& use : flows_[member.id].uses)
+        if (use.link != index) cap = std::min(cap, level_[static_cast<std::size_t>(use.link)]);
+    } else {
+      for (std::uint8_t k = 0; k < member.count; ++k)
+        cap = std::min(cap, level_[static_cast<std::size_t>(member.others[k])]);
     }
     if (std::isinf(cap))
       free_weight += weight;
@@ -215,8 +228,8 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
   queue.clear();
   std::size_t head = 0;
   auto touch = [&](std::uint64_t id) {
-    if (flows_[id].seen == pass_) return;
-    flows_[id].seen = pass_;
+    if (seen_[id] == pass_) return;
+    seen_[id] = pass_;
     touched.push_back(id);
   };
   // A flow's bottleneck only moves when one of its levels does (those touch it below), or when it
@@ -251,26 +264,35 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
     level_[static_cast<std::size_t>(index)] = level;
     refresh.push_back(index);
     const double low = std::min(level, old);
-    for (const auto id : link.flows) {
-      touch(id);
-      for (const auto& use : flows_[id].uses) {
-        if (use.link == index) continue;
-        Link& other = links_[static_cast<std::size_t>(use.link)];
-        // A saturated link only sees this one if the flow may be capped below its level; an
-        // unsaturated one can only fill up if this level rose, by more than its slack.
-        bool matters = low < other.level;
-        if (std::isinf(other.level) && level > old) {
-          // The flow's cap rises by at most the rise of this level, its demand on `other` by that
-          // times its weight there.
-          other.slack -= std::isinf(level) ? kInf : (level - old) * use.weight / flows_[id].penalty;
-          matters = !(other.slack > 0);
-        } else if (std::isinf(other.level)) {
-          matters = false;
-        }
-        if (matters && !other.queued) {
-          other.queued = true;
-          queue.push_back(use.link);
-        }
+    // This level moved: does the flow `id`'s other link `other_index` need re-levelling?
+    auto propagate = [&](std::uint64_t id, int other_index) {
+      const double other_level = level_[static_cast<std::size_t>(other_index)];
+      // A saturated link only sees this one if the flow may be capped below its level; an
+      // unsaturated one can only fill up if this level rose, by more than its slack.
+      bool matters = low < other_level;
+      Link& other = links_[static_cast<std::size_t>(other_index)];
+      if (std::isinf(other_level) && level > old) {
+        // The flow's cap rises by at most the rise of this level, its demand on `other` by that
+        // times its weight there.
+        const Flow& flow = flows_[id];
+        const auto use = std::ranges::find(flow.uses, other_index, &Use::link);
+        other.slack -= std::isinf(level) ? kInf : (level - old) * use->weight / flow.penalty;
+        matters = !(other.slack > 0);
+      } else if (std::isinf(other_level)) {
+        matters = false;
+      }
+      if (matters && !other.queued) {
+        other.queued = true;
+        queue.push_back(other_index);
+      }
+    };
+    for (const Member& member : link.members) {
+      touch(member.id);
+      if (member.count == Member::kSpilled) {
+        for (const auto& use : flows_[member.id].uses)
+          if (use.link != index) propagate(member.id, use.link);
+      } else {
+        for (std::uint8_t k = 0; k < member.count; ++k) propagate(member.id, member.others[k]);
       }
     }
   }

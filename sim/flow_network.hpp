@@ -10,6 +10,7 @@
 // and runs the callbacks then (the senders need no actor of their own).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -57,10 +58,18 @@ class MaxMinFlows {
     // Inline: water filling reads every flow of a link at each event, and a route has at most
     // eight links with its cross traffic (two-tier, both directions).
     boost::container::small_vector<Use, 8> uses;
-    int bottleneck = -1;     // link index, -1: capped by its own bound, -2: not placed yet
-    double finish = 0;       // bottleneck's virtual time at completion, or absolute time (bound)
-    double bound_rate = 0;   // rate while capped by its bound
-    std::uint64_t seen = 0;  // last relevel pass that touched it
+    int bottleneck = -1;    // link index, -1: capped by its own bound, -2: not placed yet
+    double finish = 0;      // bottleneck's virtual time at completion, or absolute time (bound)
+    double bound_rate = 0;  // rate while capped by its bound
+  };
+  // A flow as one of its links sees it.
+  struct Member {
+    static constexpr std::uint8_t kSpilled = 0xff;  // more other links than fit: read its Flow
+    std::uint64_t id = 0;
+    double share = 0;    // this link's weight / penalty: the flow's rate per unit of level
+    double own_cap = 0;  // bound x penalty: the level above which its bound holds it
+    std::uint8_t count = 0;
+    std::array<int, 7> others{};  // its other links
   };
   struct Link {
     double capacity = 0;
@@ -72,7 +81,10 @@ class MaxMinFlows {
     // neighbour's rising level spends it; only when it runs out can this link fill, so only then is
     // it re-levelled (with many flows, almost every neighbour of a moved level stays unsaturated).
     double slack = 0;
-    std::vector<std::uint64_t> flows;                 // every flow using it
+    std::vector<std::uint64_t> flows;  // every flow using it
+    // What water filling reads of each flow, in the order of `flows` (the sums' order, so results
+    // stay bit for bit), packed: reading it through `flows_` cost a cache miss per flow.
+    std::vector<Member> members;
     std::set<std::pair<double, std::uint64_t>> done;  // bottlenecked flows by virtual finish
   };
   void advance(Link& link, double now);
@@ -85,8 +97,9 @@ class MaxMinFlows {
   void refresh_completion(int link);
 
   std::vector<Link> links_;
-  std::vector<double> level_;  // links_[i].level, packed: what water filling reads most
-  std::vector<Flow> flows_;    // by id; ids of finished flows are reused, lowest first
+  std::vector<double> level_;        // links_[i].level, packed: what water filling reads most
+  std::vector<Flow> flows_;          // by id; ids of finished flows are reused, lowest first
+  std::vector<std::uint64_t> seen_;  // by flow id: the last relevel pass that touched it
   std::set<std::uint64_t> free_ids_;
   std::size_t active_ = 0;
   std::set<std::pair<double, std::uint64_t>> bound_done_;  // flows capped by their bound: (time, id)

@@ -1,5 +1,6 @@
 #include "sim/message_network.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace pstwin::sim {
@@ -16,7 +17,8 @@ void DaemonNetwork::start_daemon(const std::string& name, s4u::Host* home) {
 }
 
 void DaemonNetwork::after(double delay, std::function<void()> fire) {
-  timers_.emplace(std::make_pair(s4u::Engine::get_clock() + delay, next_sequence_++), std::move(fire));
+  timers_.push_back({s4u::Engine::get_clock() + delay, next_sequence_++, std::move(fire)});
+  std::push_heap(timers_.begin(), timers_.end(), later);
   wake();
 }
 
@@ -31,10 +33,12 @@ void DaemonNetwork::run() {
     // A callback may start a message or a timer that is due at once: repeat until quiet.
     for (bool busy = true; busy;) {
       busy = false;
-      while (!timers_.empty() && timers_.begin()->first.first <= now + kTimeEpsilon) {
-        auto due = timers_.extract(timers_.begin());
+      while (!timers_.empty() && timers_.front().time <= now + kTimeEpsilon) {
+        std::pop_heap(timers_.begin(), timers_.end(), later);
+        auto due = std::move(timers_.back().fire);
+        timers_.pop_back();
         busy = true;
-        due.mapped()();
+        due();
       }
       if (next_model_event() <= now + kTimeEpsilon) {
         busy = true;
@@ -42,7 +46,7 @@ void DaemonNetwork::run() {
       }
     }
     double next = next_model_event();
-    if (!timers_.empty()) next = std::min(next, timers_.begin()->first.first);
+    if (!timers_.empty()) next = std::min(next, timers_.front().time);
     if (std::isinf(next))
       wake_->wait(lock);
     else

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <simgrid/s4u.hpp>
 
@@ -48,7 +48,17 @@ class DaemonNetwork : public MessageNetwork {
 
  private:
   void run();
-  std::multimap<std::pair<double, std::uint64_t>, std::function<void()>> timers_;  // (time, sequence)
+  struct Timer {
+    double time;
+    std::uint64_t sequence;  // ties at one time fire in the order added
+    std::function<void()> fire;
+  };
+  // A min-heap by (time, sequence): one timer per header-only message or flow start, so a tree
+  // node per timer cost an allocation and a rebalancing each.
+  static bool later(const Timer& a, const Timer& b) {
+    return a.time != b.time ? a.time > b.time : a.sequence > b.sequence;
+  }
+  std::vector<Timer> timers_;
   std::uint64_t next_sequence_ = 0;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;

@@ -147,7 +147,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   observers.checker.set_clock([] { return s4u::Engine::get_clock(); });
   Cluster cluster(sc, platform);
   // Every span, kept in trace.json or not, feeds the time breakdown.
-  cluster.set_span_sink([&observers](const TraceSpan& span) { observers.breakdown.span(span); });
+  cluster.set_span_sink([&observers](const SpanView& span) { observers.breakdown.span(span); });
   CrashSchedule crashes(cluster);
   ObserverFanout with_crashes({&observers.fanout, &crashes});
   RunObserver& observer = sc.faults.crashes.empty() && !sc.ps.continues_on_worker_loss()

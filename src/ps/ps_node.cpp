@@ -209,8 +209,8 @@ void PsNode::on_node_table(const Message& message) {
   }
   if (connect_timer_) rt_.cancel_timer(*connect_timer_);
   connect_timer_.reset();
-  table_ = std::move(*table);
-  for (const auto& info : table_) {
+  // Not kept: the runtime keeps the addresses, and a simulation of N nodes would hold N tables of N.
+  for (const auto& info : *table) {
     if (info.address == rt_.local_address()) rt_.set_self(info.id);
     rt_.connect(info.id, info.address);
   }

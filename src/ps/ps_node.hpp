@@ -51,7 +51,6 @@ class PsNode : public Node {
 
   void send_to(NodeId to, Command command, const MessageHeader& fields, Payload payload = {});
   void reply(const Message& request, Payload payload = {});
-  const std::vector<NodeInfo>& node_table() const { return table_; }
   // ps.balancing = "lb" (`book` null otherwise): report the decisions every node derives itself; take
   // up one from the scheduler and report it, or fail the run naming what is wrong (null).
   void report_start_decisions(const DecisionBook* book);
@@ -74,7 +73,6 @@ class PsNode : public Node {
   bool registered_ = false;      // the scheduler accepted our registration (we wait for the node table)
   Seconds scheduler_heard_ = 0;  // when the scheduler last sent us anything (a heartbeat reply at least)
   bool scheduler_gone_ = false;  // it ended the job or went silent: no kFatal goes to it
-  std::vector<NodeInfo> table_;
   std::optional<TimerId> connect_timer_;
   // Pushes and pulls that overtook our own barrier release (they travel on other connections):
   // kept and handled once the barrier releases us, never dropped.

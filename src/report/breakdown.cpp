@@ -56,9 +56,11 @@ void BreakdownRecorder::iteration_done(int worker, std::uint32_t iteration, Seco
   it.done = true;
 }
 
-void BreakdownRecorder::span(const TraceSpan& span) {
+void BreakdownRecorder::span(const SpanView& span) {
   if (const int server = rank_in(span.process, "server"); server >= 0) {
-    auto& times = servers_[span.process];
+    auto at = servers_.find(span.process);
+    if (at == servers_.end()) at = servers_.emplace(std::string(span.process), ServerSpans{}).first;
+    auto& times = at->second;
     if (span.category == "engine") times.aggregate.emplace_back(span.start_s, span.end_s);
     if (span.category == "receive") times.receive.emplace_back(span.start_s, span.end_s);
     if (span.category == "send") times.send.emplace_back(span.start_s, span.end_s);

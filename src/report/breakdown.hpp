@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,11 +16,22 @@
 
 namespace pstwin {
 
+// A span as a backend records it, borrowed: the breakdown reads every span of a run, and copying
+// each one's strings into a TraceSpan cost more than what it does with them.
+struct SpanView {
+  std::string_view process;  // node label, e.g. "worker 0 (h1)"
+  std::string_view category;
+  std::string_view name;
+  Seconds start_s = 0;
+  Seconds end_s = 0;
+  const TraceMessage* message = nullptr;  // null: the span carries none
+};
+
 class BreakdownRecorder final : public RunObserver {
  public:
   void iteration_done(int worker, std::uint32_t iteration, Seconds start, Seconds end) override;
   // Every span of the run, as the backend records it (before output.trace's cap).
-  void span(const TraceSpan& span);
+  void span(const SpanView& span);
 
   // The breakdown of a run that ended at `run_time`; `credit` is ps.scheduling_credit (0: no limit).
   TimeBreakdown finish(Seconds run_time, int credit) const;
@@ -39,7 +51,7 @@ class BreakdownRecorder final : public RunObserver {
   struct ServerSpans {
     std::vector<Interval> aggregate, receive, send;
   };
-  std::map<std::string, ServerSpans> servers_;  // by process label
+  std::map<std::string, ServerSpans, std::less<>> servers_;  // by process label
 };
 
 }  // namespace pstwin
