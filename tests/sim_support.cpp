@@ -60,6 +60,24 @@ std::string read_text(const std::filesystem::path& path) {
   return out.str();
 }
 
+std::string without_sanitizer_notices(std::string text) {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kAsan = true;
+#elif defined(__has_feature)
+  constexpr bool kAsan = __has_feature(address_sanitizer);
+#else
+  constexpr bool kAsan = false;
+#endif
+  if (!kAsan) return text;
+  // The notice is three lines: "==PID==WARNING: ASan is ignoring requested
+  // __asan_handle_no_return: ...", "False positive error reports may follow", "For details see ...".
+  static const std::regex notice(
+      R"(==[0-9]+==WARNING: ASan is ignoring requested __asan_handle_no_return[^\n]*\n)"
+      R"(False positive error reports may follow\n)"
+      R"(For details see [^\n]*\n)");
+  return std::regex_replace(text, notice, "");
+}
+
 nlohmann::json read_json(const std::filesystem::path& path) {
   return nlohmann::json::parse(read_text(path));
 }

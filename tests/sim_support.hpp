@@ -24,6 +24,11 @@ struct CommandResult {
 CommandResult run_pstwin(const std::string& args);
 CommandResult run_shell(const std::string& command);
 std::string read_text(const std::filesystem::path& path);
+// `text` less AddressSanitizer's notice that it cannot follow an exception across the actor stacks
+// SimGrid swaps ("ASan is ignoring requested __asan_handle_no_return ..."; SimGrid throws one into
+// each actor it kills): it is the sanitizer's output, not pstwin's. An ASan error report is kept (and
+// aborts the process anyway). Without ASan, `text` unchanged.
+std::string without_sanitizer_notices(std::string text);
 nlohmann::json read_json(const std::filesystem::path& path);
 // The first failing seed `pstwin explore` printed: "seed N: ..., first [INVARIANT] DETAIL" and its
 // "  replay: pstwin sim ..." line; nullopt if there is none.

@@ -33,7 +33,7 @@ struct Split {
 Split run_split(const std::string& args, const std::filesystem::path& dir) {
   const auto err = dir / "stderr.txt";
   const auto r = run_shell(std::string(PSTWIN_BINARY) + " " + args + " 2>" + err.string());
-  return {r.exit_code, r.output, read_text(err)};
+  return {r.exit_code, r.output, testing::without_sanitizer_notices(read_text(err))};
 }
 
 std::size_t count_of(const std::string& text, const std::string& what) {
