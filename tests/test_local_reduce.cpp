@@ -348,6 +348,27 @@ TEST(LocalReduce, NcclSimKeepsTheModelCutsCrossHostBytesFourfoldAndMeetsItsBound
   EXPECT_EQ(trace.find("host reduce"), std::string::npos);
 }
 
+// The emulated groups read each member's inputs when that member's call runs: with every lane task
+// jittered and no compute to space the iterations, the simulator runs the members' calls in other
+// orders, and the sums and every worker's pulls stay exact.
+TEST(LocalReduce, NcclEmulationIsExactWhateverOrderTheSimulatorRunsTheMembersIn) {
+  SKIP_WITHOUT_NCCL_BUILD();
+  const std::string sets = kNccl +
+                           " --set perturbation.executor_jitter=1ms --set workload.compute=0ms"
+                           " --set invariants.bound_tolerance=0 --set output.trace=false";
+  for (const char* seed : {"1", "2", "3"}) {
+    SCOPED_TRACE(std::string("seed ") + seed);
+    const auto dir = testing::fresh_dir(std::string("lr-nccl-jitter-") + seed);
+    const auto r = testing::run_pstwin(std::string("sim ") + kScenario + " -q --seed " + seed + sets +
+                                       " --out " + dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto results = testing::read_json(dir / "results.json");
+    expect_clean(results, r.output);
+    EXPECT_EQ(results["model_digest"], "7e9e07e61edd3f7a");  // docs/HARDWARE.md: every mode's
+    EXPECT_EQ(results["invariants"]["by_invariant"]["sync_identical"]["checked"], 640);
+  }
+}
+
 // "nccl" charges the reduce and the broadcast at I between the GPUs and the root's two PCIe copies at X:
 // the bound of 2 hosts x 4 GPUs is that of two workers alone on their hosts plus one partition of each.
 TEST(LocalReduce, NcclBoundCountsTheCollectivesAndTheRootsPcieCopies) {
