@@ -166,11 +166,11 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
       // "nccl" (device_reduce.hpp): before a push can leave, the host's reduce of a partition (q/I, a
       // ring moves it once over each GPU's link) and the root's device -> host copy (q/X); after the
       // last pull, its host -> device copy and the broadcast. Over the iteration the collective lane
-      // carries 2P/I and the root's copy lane 2P/X, each also waiting for one partition of the other.
+      // carries 2P/I, and the root's copy lane 2P/X between a first reduce and a last broadcast.
       const double pcie_Bps = sc.cluster.pcie_bandwidth_Bps;
       const double fill = 2 * smallest / intra_Bps + 2 * smallest / pcie_Bps;
-      const double lanes = std::max(2 * payload / intra_Bps + 2 * smallest / pcie_Bps,
-                                    2 * payload / pcie_Bps + 2 * smallest / intra_Bps);
+      const double lanes =
+          std::max(2 * payload / intra_Bps, 2 * payload / pcie_Bps + 2 * smallest / intra_Bps);
       bound = std::max(bound + fill, lanes);
       host_copies = fill;
     } else {
@@ -184,7 +184,7 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
   const bool nccl = k > 1 && sc.ps.local_reduce == LocalReduce::kNccl;
   why << "compute + max(max_j n*(p_j + (1+c)*M_j - c*p_j)/(f*B_j), max_w (1+c)*M/(f*B_w)"
       << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "") << ")"
-      << (nccl    ? " + 2*q/I + 2*q/X (or max(2*P/I + 2*q/X, 2*P/X + 2*q/I) if more)"
+      << (nccl    ? " + 2*q/I + 2*q/X (or max(2*P/I, 2*P/X + 2*q/I) if more)"
           : k > 1 ? " + (k+1)*q/I (or k*P/I + q/I if more)"
                   : "")
       << " + 4*lf*L; n=" << groups.pushers();
