@@ -7,7 +7,7 @@ namespace {
 
 constexpr const char* kWhy =
     "ps.local_reduce = \"nccl\": this pstwin was built without NCCL (install NCCL and reconfigure with "
-    "-DPSTWIN_CUDA=ON)";
+    "-DPSTWIN_CUDA=ON -DPSTWIN_NCCL=ON)";
 
 }  // namespace
 

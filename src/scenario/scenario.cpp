@@ -1800,10 +1800,10 @@ class Validator {
     const bool nccl = s_.ps.local_reduce == LocalReduce::kNccl;
     if (nccl && !built_with_nccl())
       fail("ps.local_reduce",
-           "\"nccl\" reduces between the host's GPUs with NCCL, which this pstwin was built without; "
+           "\"nccl\" reduces between the host's GPUs with NCCL, and this pstwin was built without NCCL; "
            "install NCCL (nccl.h, libnccl) with the CUDA toolkit and rebuild with `cmake --preset default "
-           "-DPSTWIN_CUDA=ON && cmake --build build` (docs/HARDWARE.md), or use \"shm\" (host shared "
-           "memory) or \"none\"");
+           "-DPSTWIN_CUDA=ON -DPSTWIN_NCCL=ON && cmake --build build` (docs/HARDWARE.md), or use \"shm\" "
+           "(host shared memory) or \"none\"");
     if (nccl && s_.workload.device != DeviceKind::kCuda)
       fail("ps.local_reduce",
            "\"nccl\" reduces the tensors on the host's GPUs, and workload.device = \"" +
