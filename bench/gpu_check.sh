@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The GPU path on a machine with a GPU, in one go (docs/HARDWARE.md): checks the build dependencies,
 # configures and builds pstwin with CUDA, prints nvidia-smi's summary, runs the CUDA tests, the
-# crossed-line race on the GPU path (legacy staging names: violations expected; per-rank: none) and
-# `pstwin sim` against `pstwin run` on the quickstart with workload.device = "cuda" (same model digest).
+# crossed-line race on the GPU path (legacy staging names: violations expected; per-rank: none),
+# `pstwin sim` against `pstwin run` on the quickstart with workload.device = "cuda" (same model digest),
+# and ps.local_reduce = "nccl": the twin against shm, and on the GPUs what their number allows (one GPU:
+# a communicator of one rank in the Cuda tests, and the refusal of two workers on one GPU; two or more:
+# a real 2 hosts x 2 GPUs job against the twin's model).
 # One PASS or FAIL line per check; exits 1 if any check failed, 2 if it could not build.
 # Installs nothing. Run it from the repository root of a clone; it needs no build directory.
 #
 # usage: bench/gpu_check.sh [OUT_DIR] [--no-gpu]
 #   OUT_DIR   where every log and results.json goes (default ./gpu-check-out)
 #   --no-gpu  rehearsal on a machine without a GPU: the same steps, but the CUDA tests are expected to
-#             skip and the real jobs run with workload.device = "cpu" (the simulator still models "cuda")
+#             skip, the real jobs run with workload.device = "cpu" (the simulator still models "cuda")
+#             and a real "nccl" job must be refused naming the missing device
 # Environment: JOBS (build parallelism, default 16).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -19,7 +23,7 @@ GPU=1
 for arg in "$@"; do
   case "$arg" in
     --no-gpu) GPU=0 ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown option $arg (see --help)" >&2; exit 2 ;;
     *) OUT=$arg ;;
   esac
@@ -143,6 +147,13 @@ if ! grep -q "pstwin: CUDA device path ON" "$OUT/configure.log"; then
   exit 2
 fi
 result PASS "configure" "CUDA device path ON"
+NCCL=0
+if grep -q "pstwin: NCCL local reduce ON" "$OUT/configure.log"; then
+  NCCL=1
+  result PASS "configure NCCL" "ps.local_reduce = nccl built"
+else
+  result FAIL "configure NCCL" "NCCL not found (nccl.h, libnccl): ps.local_reduce = nccl is refused; see $OUT/configure.log"
+fi
 log "building pstwin pstwin_tests with -j$JOBS -> $OUT/build.log"
 build_start=$SECONDS
 if ! timeout 420 cmake --build build --target pstwin pstwin_tests -j"$JOBS" >"$OUT/build.log" 2>&1; then
@@ -161,16 +172,19 @@ grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|no CUDA device" "$OUT/cuda-tests.lo
 ran=$(grep -oE "^\[==========\] [0-9]+ tests? from" "$OUT/cuda-tests.log" | head -1 | grep -oE "[0-9]+")
 skipped=$(grep -oE "^\[  SKIPPED \] [0-9]+ test" "$OUT/cuda-tests.log" | grep -oE "[0-9]+" | head -1)
 skipped=${skipped:-0}
+# Skips a GPU machine may have: the Cuda.Nccl* tests that need more GPUs than it has (or fewer).
+by_count=$(grep -cE "needs [0-9]+ GPUs and this machine has|GPUs: each of a host's" "$OUT/cuda-tests.log")
 if ((status != 0)); then
   result FAIL "CUDA tests" "exit $status: see $OUT/cuda-tests.log"
 elif [[ -z $ran || $ran -eq 0 ]]; then
   result FAIL "CUDA tests" "no Cuda.* test ran: see $OUT/cuda-tests.log"
-elif ((GPU && skipped > 0)); then
-  result FAIL "CUDA tests" "$skipped of $ran skipped although a GPU should be here: $(grep -m1 'no CUDA device' "$OUT/cuda-tests.log")"
+elif ((GPU && skipped > by_count)); then
+  result FAIL "CUDA tests" "$skipped of $ran skipped although a GPU should be here: $(grep -m1 -E 'no CUDA device|built without' "$OUT/cuda-tests.log")"
 elif ((!GPU && skipped != ran)); then
   result FAIL "CUDA tests" "--no-gpu: expected all $ran to skip, $skipped did"
 elif ((GPU)); then
-  result PASS "CUDA tests" "$ran passed"
+  result PASS "CUDA tests" "$((ran - skipped)) passed, $skipped skipped for this machine's GPU count"
+  grep -E "needs [0-9]+ GPUs and this machine has|GPUs: each of a host's" "$OUT/cuda-tests.log" | sort | uniq -c
 else
   result PASS "CUDA tests" "--no-gpu: all $ran skipped, as expected without a GPU"
 fi
@@ -271,6 +285,67 @@ def describe(spans):
 print(f"  real copy-lane spans: copy-in {describe(copies)}; pull copy {describe(pulls)}"
       " (model: cluster.pcie_bandwidth, default 12 GB/s = 83 us for 1 MB)")
 EOF
+
+# ------------------------------------------------------------------------------ 7. nccl local reduce
+if ((NCCL)); then
+  lr=(scenarios/local_reduce_2x4.toml --set workload.device=cuda)
+  log "local reduce: pstwin sim with nccl (cuda) against shm (cpu) on 2 hosts x 4 workers"
+  echo "  \$ pstwin sim ${lr[*]} --set ps.local_reduce=nccl --out $OUT/nccl-sim" >>"$SUMMARY"
+  timeout 180 "$BIN" sim "${lr[@]}" --set ps.local_reduce=nccl --out "$OUT/nccl-sim" >"$OUT/nccl-sim.log" 2>&1
+  nccl_status=$?
+  timeout 180 "$BIN" sim scenarios/local_reduce_2x4.toml --out "$OUT/shm-sim" >"$OUT/shm-sim.log" 2>&1
+  shm_status=$?
+  nccl_digest=$(json "$OUT/nccl-sim/results.json" "r['model_digest']")
+  shm_digest=$(json "$OUT/shm-sim/results.json" "r['model_digest']")
+  nccl_bytes=$(json "$OUT/nccl-sim/results.json" "r['cross_host']['push_pull_bytes']")
+  shm_bytes=$(json "$OUT/shm-sim/results.json" "r['cross_host']['push_pull_bytes']")
+  ratio=$(json "$OUT/nccl-sim/results.json" "'%.3f' % (r['mean_iteration_s'] / r['bound']['time_s'])")
+  if ((nccl_status == 0 && shm_status == 0)) && [[ -n $nccl_digest && $nccl_digest == "$shm_digest" &&
+    $nccl_bytes == "$shm_bytes" ]] && python3 -c "import sys; sys.exit(not 1 <= float('$ratio') <= 1.05)" 2>/dev/null; then
+    result PASS "nccl sim vs shm sim" "model_digest $nccl_digest in both, cross-host push/pull bytes $nccl_bytes in both, sim at $ratio x its bound"
+  else
+    result FAIL "nccl sim vs shm sim" "exit $nccl_status/$shm_status, digests '$nccl_digest'/'$shm_digest', bytes '$nccl_bytes'/'$shm_bytes', $ratio x bound: see $OUT/nccl-sim.log"
+  fi
+  gpus=0
+  ((GPU)) && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if ((!GPU)); then
+    log "local reduce: pstwin run with nccl and no GPU (refused, exit 2, naming the device)"
+    run_job nccl-run-nogpu 60 "${lr[@]}" --set ps.local_reduce=nccl
+    status=$?
+    if ((status == 2)) && grep -q 'workload.device = "cuda": no CUDA device' "$OUT/nccl-run-nogpu.log"; then
+      result PASS "nccl run without a GPU" "exit 2: $(grep -m1 -oE 'no CUDA device: [^(]*' "$OUT/nccl-run-nogpu.log" | sed 's/ *$//')"
+    else
+      result FAIL "nccl run without a GPU" "exit $status: see $OUT/nccl-run-nogpu.log"
+    fi
+  elif ((gpus < 2)); then
+    # One GPU: NCCL cannot put two ranks of a host on it; the run must say so before starting.
+    log "local reduce: pstwin run with nccl, 4 workers per host on $gpus GPU (refused, exit 2)"
+    run_job nccl-run-shared 60 "${lr[@]}" --set ps.local_reduce=nccl
+    status=$?
+    if ((status == 2)) && grep -q 'would share cuda:0' "$OUT/nccl-run-shared.log"; then
+      result PASS "nccl run, workers sharing a GPU refused" "$(grep -m1 -oE 'workers [0-9]+ and [0-9]+ of host [a-z0-9]+ would share cuda:[0-9]+' "$OUT/nccl-run-shared.log")"
+    else
+      result FAIL "nccl run, workers sharing a GPU refused" "exit $status: see $OUT/nccl-run-shared.log"
+    fi
+    echo "  nccl between GPUs: not run (needs 2 GPUs; the Cuda tests ran a communicator of one rank)" | tee -a "$SUMMARY"
+  else
+    log "local reduce: pstwin run with nccl on 2 hosts x 2 GPUs against the twin"
+    two=("${lr[@]}" --set roles.workers=4 --set 'roles.worker_hosts=["h3", "h3", "h4", "h4"]')
+    timeout 180 "$BIN" sim "${two[@]}" --set ps.local_reduce=nccl --out "$OUT/nccl2-sim" >"$OUT/nccl2-sim.log" 2>&1
+    run_job nccl2-run 300 "${two[@]}" --set ps.local_reduce=nccl
+    status=$?
+    sim_digest=$(json "$OUT/nccl2-sim/results.json" "r['model_digest']")
+    run_digest=$(json "$OUT/nccl2-run/results.json" "r['model_digest']")
+    run_violations=$(json "$OUT/nccl2-run/results.json" "r['invariants']['violation_count']")
+    if ((status == 0)) && [[ -n $sim_digest && $sim_digest == "$run_digest" && $run_violations == 0 ]]; then
+      result PASS "nccl run vs sim, 2 hosts x 2 GPUs" "model_digest $run_digest in both, 0 violations"
+    else
+      result FAIL "nccl run vs sim, 2 hosts x 2 GPUs" "run exit $status, digests '$sim_digest'/'$run_digest', violations '$run_violations': see $OUT/nccl2-run.log"
+      tail -5 "$OUT/nccl2-run.log"
+    fi
+    echo "  mean iteration (ms), nccl 2x2: sim $(mean_ms "$OUT/nccl2-sim"), run $(mean_ms "$OUT/nccl2-run")" | tee -a "$SUMMARY"
+  fi
+fi
 
 log "done in $((SECONDS - START)) s; summary in $SUMMARY"
 if ((FAILED)); then

@@ -1,15 +1,19 @@
 // workload.device: where a worker's tensors live. `Device.*` runs everywhere: the emulated device the
-// simulator uses, the scenario's checks, the simulator's PCIe model, and what a CUDA build says on a
-// machine without a GPU. `Cuda.*` needs a GPU (bench/gpu_check.sh runs them there) and skips without one,
-// saying why: the CUDA tensors hold exactly the CPU values, and real jobs on the GPU path give the
-// simulator's model and cross aggregates with legacy staging names only.
+// simulator uses (and its groups for ps.local_reduce = "nccl"), the scenario's checks, the simulator's
+// PCIe model, and what a CUDA build says on a machine without a GPU. `Cuda.*` needs a GPU
+// (bench/gpu_check.sh runs them there) and skips without one, saying why: the CUDA tensors hold exactly
+// the CPU values, real jobs on the GPU path give the simulator's model and cross aggregates with legacy
+// staging names only, and the NCCL group sums and broadcasts exactly (one rank on one GPU; two ranks and
+// a real "nccl" job need two GPUs, since NCCL refuses two ranks of one communicator on one GPU).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/cuda_tensors.hpp"
@@ -34,6 +38,17 @@ using Clock = std::chrono::steady_clock;
   do {                                                                               \
     const auto available = cuda::availability();                                     \
     if (available.devices == 0) GTEST_SKIP() << "no CUDA device: " << available.why; \
+  } while (0)
+
+// ps.local_reduce = "nccl" on GPUs: a build with NCCL and `gpus` CUDA devices at least.
+#define SKIP_WITHOUT_NCCL_GPUS(gpus)                                                                     \
+  do {                                                                                                   \
+    if (!built_with_nccl()) GTEST_SKIP() << "built without NCCL: ps.local_reduce = \"nccl\" is refused"; \
+    const auto available = cuda::availability();                                                         \
+    if (available.devices == 0) GTEST_SKIP() << "no CUDA device: " << available.why;                     \
+    if (available.devices < (gpus))                                                                      \
+      GTEST_SKIP() << "needs " << (gpus) << " GPUs and this machine has " << available.devices           \
+                   << ": NCCL refuses two ranks of one communicator on one GPU";                         \
   } while (0)
 
 Scenario quickstart(const std::vector<std::pair<std::string, std::string>>& overrides = {}) {
@@ -183,6 +198,55 @@ TEST(Device, WithoutAGpuTheCudaPathFailsNamingTheCall) {
       << run.output;
 }
 
+// The simulator's groups: the root's reduce sums every member's values by member into its sum buffer,
+// every member's broadcast takes that buffer, and misuse is a DeviceError, not a crash.
+TEST(Device, EmulatedGroupSumsByMemberAndBroadcastsTheRootsSum) {
+  const Scenario sc = quickstart();
+  const SyntheticWorkload workload(sc);
+  auto groups = std::make_shared<EmulatedGroups>();
+  EmulatedDevice d0(workload, 0, groups), d1(workload, 1, groups), d2(workload, 2, groups);
+  const auto id = d0.new_group_id();
+  EXPECT_EQ(id.size(), kDeviceGroupIdBytes);
+  EXPECT_NE(d0.new_group_id(), id);  // a new group each time
+  auto g0 = d0.join_group(id, 0, 3);
+  auto g1 = d1.join_group(id, 1, 3);
+  EXPECT_THROW(d2.join_group(id, 1, 3), DeviceError);  // member 1 joined already
+  EXPECT_THROW(d2.join_group(id, 2, 4), DeviceError);  // another size
+  const auto& partition = workload.partitions().front();
+  for (auto* device : {&d0, &d1, &d2}) device->produce(partition, 2);
+  try {
+    g0->reduce(partition);
+    ADD_FAILURE() << "reduced without member 2";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("member 2 of the group has not joined"), std::string::npos)
+        << e.what();
+  }
+  auto g2 = d2.join_group(id, 2, 3);
+  for (auto* group : {g2.get(), g1.get(), g0.get()}) group->reduce(partition);  // any order
+  auto staging = std::make_shared<ByteBuffer>(partition.bytes);
+  g0->copy_out_sum(partition, staging);
+  std::vector<float> expected(partition.bytes / sizeof(float), 0.0f);
+  for (int rank : {0, 1, 2}) {
+    const auto values = cpu_values(workload, rank, 2, partition);
+    for (std::size_t j = 0; j < expected.size(); ++j) expected[j] += values[j];
+  }
+  const auto staged = staging->floats();
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), staged.begin()));
+  EXPECT_EQ(d1.read(partition), cpu_values(workload, 1, 2, partition));  // a member's values stay its own
+  EXPECT_THROW(g1->copy_out_sum(partition, staging), DeviceError);       // only the root holds the sum
+  EXPECT_THROW(g0->copy_in_sum(partition, std::vector<float>(3)), DeviceError);
+  std::vector<float> aggregate(expected.size());
+  for (std::size_t j = 0; j < aggregate.size(); ++j)
+    aggregate[j] = workload.expected_round_sum(2, partition.key, j);
+  g0->copy_in_sum(partition, aggregate);
+  for (auto* group : {g1.get(), g0.get(), g2.get()}) group->broadcast(partition);
+  for (auto* device : {&d0, &d1, &d2}) EXPECT_EQ(device->read(partition), aggregate);
+  EXPECT_THROW(g0->broadcast(workload.partitions().back()), DeviceError);  // nothing reduced there yet
+  EXPECT_THROW(d0.join_group(std::vector<std::byte>(kDeviceGroupIdBytes), 0, 1), DeviceError);  // no such id
+  EmulatedDevice alone(workload, 3);
+  EXPECT_THROW(alone.new_group_id(), DeviceError);  // a device of no job's groups
+}
+
 // ------------------------------------------------------------------ on a GPU
 
 TEST(Cuda, TensorsHoldTheCpuValuesAndTakeAggregates) {
@@ -260,6 +324,143 @@ TEST(Cuda, CrossedLinePerRankNamingIsCleanOnTheGpuPath) {
   const auto crossed = crossed_on_gpu("per-rank", 1);
   ASSERT_TRUE(crossed);
   EXPECT_EQ(*crossed, 0u);
+}
+
+// ps.local_reduce = "nccl" with what one GPU allows: a communicator of one rank. Its reduce is the rank's
+// own values in the sum buffer, its broadcast the pulled aggregate in the values: every NCCL and CUDA call
+// of the group runs for real, and a bad id fails naming the call.
+TEST(Cuda, NcclGroupOfOneRankReducesAndBroadcastsOnOneGpu) {
+  SKIP_WITHOUT_NCCL_GPUS(1);
+  const Scenario sc = quickstart({{"workload.device", "cuda"}});
+  const SyntheticWorkload workload(sc);
+  const auto device = cuda::make_device_tensors(workload, 0);
+  const auto id = device->new_group_id();
+  EXPECT_EQ(id.size(), kDeviceGroupIdBytes);
+  const auto group = device->join_group(id, 0, 1);
+  EXPECT_NE(group->describe().find("nccl rank 0 of 1 on cuda:"), std::string::npos) << group->describe();
+  for (std::uint32_t iteration : {0u, 5u}) {
+    for (const auto& partition : workload.partitions()) {
+      SCOPED_TRACE("key " + std::to_string(partition.key) + ", iteration " + std::to_string(iteration));
+      device->produce(partition, iteration);
+      group->reduce(partition);
+      auto staging = std::make_shared<ByteBuffer>(partition.bytes);
+      group->copy_out_sum(partition, staging);
+      const auto expected = cpu_values(workload, 0, iteration, partition);
+      const auto staged = staging->floats();
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), staged.begin()));
+      std::vector<float> aggregate(expected.size());
+      for (std::size_t j = 0; j < aggregate.size(); ++j)
+        aggregate[j] = workload.expected_round_sum(iteration, partition.key, j);
+      group->copy_in_sum(partition, aggregate);
+      group->broadcast(partition);
+      EXPECT_EQ(device->read(partition), aggregate);
+    }
+  }
+  EXPECT_THROW(group->copy_in_sum(workload.partitions().front(), std::vector<float>(3)), DeviceError);
+  try {
+    device->join_group(std::vector<std::byte>(5), 0, 1);
+    ADD_FAILURE() << "joined with a 5-byte id";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("ncclCommInitRank"), std::string::npos) << e.what();
+  }
+}
+
+// Two ranks on two GPUs, each on its own thread as two workers' lanes would be: the sum is exact and the
+// broadcast reaches both.
+TEST(Cuda, NcclGroupOfTwoGpusSumsAndBroadcastsExactly) {
+  SKIP_WITHOUT_NCCL_GPUS(2);
+  const Scenario sc = quickstart({{"workload.device", "cuda"}});
+  const SyntheticWorkload workload(sc);
+  const auto d0 = cuda::make_device_tensors(workload, 0);  // GPU 0
+  const auto d1 = cuda::make_device_tensors(workload, 1);  // GPU 1
+  const auto id = d0->new_group_id();
+  std::unique_ptr<DeviceGroup> g0, g1;
+  // Both ranks' calls at once, as NCCL needs; an error on the other thread is reported, not lost.
+  auto both = [](const std::function<void()>& mine, const std::function<void()>& other) {
+    std::string error;
+    std::thread peer([&] {
+      try {
+        other();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    try {
+      mine();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+    peer.join();
+    EXPECT_EQ(error, "");
+  };
+  both([&] { g0 = d0->join_group(id, 0, 2); }, [&] { g1 = d1->join_group(id, 1, 2); });
+  ASSERT_TRUE(g0 && g1);
+  for (const auto& partition : workload.partitions()) {
+    SCOPED_TRACE("key " + std::to_string(partition.key));
+    d0->produce(partition, 1);
+    d1->produce(partition, 1);
+    both([&] { g0->reduce(partition); }, [&] { g1->reduce(partition); });
+    auto staging = std::make_shared<ByteBuffer>(partition.bytes);
+    g0->copy_out_sum(partition, staging);
+    const auto a = cpu_values(workload, 0, 1, partition), b = cpu_values(workload, 1, 1, partition);
+    const auto staged = staging->floats();
+    for (std::size_t j = 0; j < a.size(); ++j) ASSERT_EQ(staged[j], a[j] + b[j]) << "element " << j;
+    std::vector<float> aggregate(a.size());
+    for (std::size_t j = 0; j < aggregate.size(); ++j)
+      aggregate[j] = workload.expected_round_sum(1, partition.key, j);
+    g0->copy_in_sum(partition, aggregate);
+    both([&] { g0->broadcast(partition); }, [&] { g1->broadcast(partition); });
+    EXPECT_EQ(d0->read(partition), aggregate);
+    EXPECT_EQ(d1->read(partition), aggregate);
+  }
+}
+
+// The real job: 2 hosts x 2 workers (a GPU each on this machine: ranks 0, 1 on GPUs 0, 1 for h3, and
+// again for h4) with "nccl" give the simulator's model and cross-host bytes, and half those of "none".
+TEST(Cuda, NcclRealJobGivesTheSimulatorsModel) {
+  SKIP_WITHOUT_NCCL_GPUS(2);
+  const auto dir = fresh_dir("cuda-nccl");
+  const std::string sets =
+      " -q --set workload.iterations=3 --set workload.device=cuda --set roles.workers=4"
+      " --set 'roles.worker_hosts=[\"h3\", \"h3\", \"h4\", \"h4\"]' --out ";
+  const auto sim = run_pstwin("sim scenarios/local_reduce_2x4.toml --set ps.local_reduce=nccl" + sets +
+                              (dir / "sim").string());
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const auto run = run_pstwin("run scenarios/local_reduce_2x4.toml --set ps.local_reduce=nccl" + sets +
+                              (dir / "run").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto none = run_pstwin("run scenarios/local_reduce_2x4.toml --set ps.local_reduce=none" + sets +
+                               (dir / "none").string());
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  const auto s = read_json(dir / "sim" / "results.json");
+  const auto r = read_json(dir / "run" / "results.json");
+  const auto n = read_json(dir / "none" / "results.json");
+  EXPECT_EQ(r["invariants"]["violation_count"], 0);
+  EXPECT_FALSE(s["model_digest"].get<std::string>().empty());
+  EXPECT_EQ(r["model_digest"], s["model_digest"]);
+  EXPECT_EQ(n["model_digest"], s["model_digest"]);
+  const auto bytes = [](const nlohmann::json& j) {
+    return j["cross_host"]["push_pull_bytes"].get<std::uint64_t>();
+  };
+  EXPECT_EQ(bytes(r), bytes(s));
+  EXPECT_EQ(2 * bytes(r), bytes(n));
+}
+
+// With fewer GPUs than a host has workers, `pstwin run` refuses before any process starts, naming the
+// workers that would share a GPU (NCCL itself would fail every rank with "Duplicate GPU detected").
+TEST(Cuda, NcclWithTwoWorkersOfAHostOnOneGpuIsRefusedNamingThem) {
+  if (!built_with_nccl()) GTEST_SKIP() << "built without NCCL: ps.local_reduce = \"nccl\" is refused";
+  SKIP_WITHOUT_GPU();
+  const int gpus = cuda::availability().devices;
+  if (gpus >= 4) GTEST_SKIP() << gpus << " GPUs: each of a host's 4 workers has its own";
+  const auto run = run_pstwin(
+      "run scenarios/local_reduce_2x4.toml -q --set workload.device=cuda --set ps.local_reduce=nccl --out " +
+      fresh_dir("cuda-nccl-shared").string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("ps.local_reduce = \"nccl\": workers 0 and " + std::to_string(gpus) +
+                            " of host h3 would share cuda:0"),
+            std::string::npos)
+      << run.output;
 }
 
 }  // namespace

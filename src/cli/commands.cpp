@@ -21,6 +21,7 @@
 
 #include "core/random.hpp"
 #include "cuda/cuda_tensors.hpp"
+#include "ps/host_groups.hpp"
 #include "realnet/job_launch.hpp"
 #include "realnet/job_parts.hpp"
 #include "realnet/job_run.hpp"
@@ -484,6 +485,31 @@ int print_command_job(const CommonOptions& common, const RunReport& report, cons
   return report.completed ? 0 : 1;
 }
 
+// ps.local_reduce = "nccl" with every node on this machine: NCCL refuses two ranks of one communicator on
+// one GPU (ncclCommInitRank: "Duplicate GPU detected"), and worker r uses GPU r mod `devices`. Said here,
+// before any process starts, naming the workers; "" when every host's workers have GPUs of their own.
+std::string nccl_shared_gpu(const Scenario& scenario, int devices) {
+  if (scenario.ps.local_reduce != LocalReduce::kNccl || devices <= 0) return "";
+  const HostGroups groups(scenario);
+  for (const int root : groups.roots()) {
+    std::map<int, int> by_gpu;  // GPU -> the first worker of this host on it
+    for (const int worker : groups.members(root)) {
+      const auto [first, fresh] = by_gpu.emplace(worker % devices, worker);
+      if (fresh) continue;
+      return "ps.local_reduce = \"nccl\": workers " + std::to_string(first->second) + " and " +
+             std::to_string(worker) + " of host " + scenario.worker_host_name(root) +
+             " would share cuda:" + std::to_string(first->first) + " (worker r uses GPU r mod " +
+             std::to_string(devices) +
+             ", the CUDA devices visible here), and NCCL needs a GPU of its own for each worker of a host; "
+             "place at most " +
+             std::to_string(devices) +
+             " workers on a host (roles.worker_hosts) or set "
+             "ps.local_reduce = \"none\"";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int run_job(const CommonOptions& common, const RunOptions& options) {
@@ -495,6 +521,10 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     if (available.devices == 0) {
       std::cerr << "pstwin: workload.device = \"cuda\": no CUDA device: " << available.why
                 << " (the simulator needs none: pstwin sim)\n";
+      return 2;
+    }
+    if (const auto shared = nccl_shared_gpu(scenario, available.devices); !shared.empty()) {
+      std::cerr << "pstwin: " << shared << "\n";
       return 2;
     }
   }

@@ -9,19 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/cuda_check.hpp"
 #include "cuda/fill_kernel.hpp"
+#include "cuda/nccl_group.hpp"
 
 namespace pstwin::cuda {
 namespace {
-
-std::string status_text(cudaError_t status) {
-  return std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + ")";
-}
-
-// Every CUDA call goes through here: a failure is a DeviceError naming the call, never a crash.
-void check(cudaError_t status, std::string_view call) {
-  if (status != cudaSuccess) throw DeviceError(std::string(call) + ": " + status_text(status));
-}
 
 std::string key_text(const PartitionSpec& partition) {
   return "key " + std::to_string(partition.key) + ", " + std::to_string(partition.bytes) + " bytes";
@@ -69,28 +62,11 @@ class CudaTensors final : public DeviceTensors {
   }
 
   void copy_out(const PartitionSpec& partition, const std::shared_ptr<ByteBuffer>& staging) override {
-    if (staging->size() < partition.bytes)
-      throw DeviceError("copy of " + key_text(partition) + ": staging buffer of " +
-                        std::to_string(staging->size()) + " bytes is smaller");
-    use_device();
-    pin(partition, staging);
-    check(
-        cudaMemcpyAsync(staging->data(), memory(partition), partition.bytes, cudaMemcpyDeviceToHost, stream_),
-        "cudaMemcpyAsync(device -> host staging, " + key_text(partition) + ")");
-    check(cudaStreamSynchronize(stream_),
-          "cudaStreamSynchronize(after the device -> host copy of " + key_text(partition) + ")");
+    to_host(memory(partition), partition, staging, "");
   }
 
   void copy_in(const PartitionSpec& partition, std::span<const float> aggregate) override {
-    if (aggregate.size_bytes() != partition.bytes)
-      throw DeviceError("copy of the aggregate of " + key_text(partition) + ": got " +
-                        std::to_string(aggregate.size_bytes()) + " bytes");
-    use_device();
-    check(cudaMemcpyAsync(memory(partition), aggregate.data(), partition.bytes, cudaMemcpyHostToDevice,
-                          stream_),
-          "cudaMemcpyAsync(host -> device aggregate, " + key_text(partition) + ")");
-    check(cudaStreamSynchronize(stream_),
-          "cudaStreamSynchronize(after the host -> device copy of " + key_text(partition) + ")");
+    to_device(memory(partition), partition, aggregate, "");
   }
 
   std::vector<float> read(const PartitionSpec& partition) override {
@@ -104,7 +80,53 @@ class CudaTensors final : public DeviceTensors {
     return values;
   }
 
+  std::vector<std::byte> new_group_id() override { return nccl_unique_id(); }
+
+  std::unique_ptr<DeviceGroup> join_group(std::span<const std::byte> id, int member, int members) override {
+    MemberDevice member_device{
+        .device = device_,
+        .name = name_,
+        .tensor_stream = stream_,
+        .values = [this](const PartitionSpec& partition) { return memory(partition); },
+        .to_host =
+            [this](const float* device, const PartitionSpec& partition,
+                   const std::shared_ptr<ByteBuffer>& staging) {
+              to_host(device, partition, staging, "sum ");
+            },
+        .to_device = [this](float* device, const PartitionSpec& partition,
+                            std::span<const float> values) { to_device(device, partition, values, "sum "); },
+    };
+    return join_nccl_group(workload_, std::move(member_device), id, member, members);
+  }
+
  private:
+  // The copy-in (and the nccl root's sum, `what` = "sum "): device -> host into the pinned staging buffer.
+  void to_host(const float* device, const PartitionSpec& partition,
+               const std::shared_ptr<ByteBuffer>& staging, std::string_view what) {
+    if (staging->size() < partition.bytes)
+      throw DeviceError("copy of " + key_text(partition) + ": staging buffer of " +
+                        std::to_string(staging->size()) + " bytes is smaller");
+    use_device();
+    pin(partition, staging);
+    check(cudaMemcpyAsync(staging->data(), device, partition.bytes, cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync(device " + std::string(what) + "-> host staging, " + key_text(partition) + ")");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(after the device " + std::string(what) +
+                                              "-> host copy of " + key_text(partition) + ")");
+  }
+
+  // A pulled aggregate, host -> device (into the values, or the nccl root's sum buffer).
+  void to_device(float* device, const PartitionSpec& partition, std::span<const float> aggregate,
+                 std::string_view what) {
+    if (aggregate.size_bytes() != partition.bytes)
+      throw DeviceError("copy of the aggregate of " + key_text(partition) + ": got " +
+                        std::to_string(aggregate.size_bytes()) + " bytes");
+    use_device();
+    check(cudaMemcpyAsync(device, aggregate.data(), partition.bytes, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync(host -> device " + std::string(what) + "aggregate, " + key_text(partition) + ")");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(after the host -> device " +
+                                              std::string(what) + "copy of " + key_text(partition) + ")");
+  }
+
   // The current device is per thread, and every lane thread may call us.
   void use_device() const { check(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")"); }
 

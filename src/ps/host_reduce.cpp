@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <sstream>
-#include <stdexcept>
 
 #include "core/assert.hpp"
 #include "ps/ids.hpp"
@@ -20,7 +19,8 @@ HostReduce::HostReduce(Runtime& runtime, HostReduceOptions options, const Synthe
       root_(groups.root_of(rank)),
       copy_stage_(copy_stage),
       reduce_stage_(reduce_stage),
-      hooks_(std::move(hooks)) {
+      hooks_(std::move(hooks)),
+      round_(workload, groups, rank, options_.workers, options_.iterations) {
   PSTWIN_ASSERT(groups.members(root_).size() > 1, "a host reduce for a worker alone on its host");
 }
 
@@ -44,14 +44,6 @@ Seconds HostReduce::intra_host_seconds(std::uint64_t bytes) const {
   return static_cast<double>(bytes) / options_.intra_host_bandwidth_Bps;
 }
 
-const PartitionSpec* HostReduce::find_partition(std::uint64_t key) const {
-  try {
-    return &workload_.partition(key);
-  } catch (const std::out_of_range&) {
-    return nullptr;
-  }
-}
-
 void HostReduce::ignore(const Message& message, const std::string& why) {
   rt_.log("worker " + std::to_string(rank_) + ": ignoring local_reduce " +
           (message.header.is_response ? "response" : "request") + " from node " +
@@ -68,8 +60,7 @@ void HostReduce::stage(const PartitionSpec& partition, std::uint32_t iteration) 
   };
   auto staged = [this, spec, iteration] {
     if (is_root()) {
-      pending_[{iteration, spec->key}].own_staged = true;
-      reduce_if_complete(*spec, iteration);
+      if (round_.own_staged(*spec, iteration)) reduce(*spec, iteration);
       return;
     }
     awaiting_[spec->key] = iteration;
@@ -86,11 +77,8 @@ void HostReduce::stage(const PartitionSpec& partition, std::uint32_t iteration) 
 }
 
 void HostReduce::on_message(const Message& message) {
-  const NodeId sender = message.header.sender;
-  const int rank = rank_of(sender);
-  if (role_of(sender) != Role::kWorker || rank < 0 || rank >= options_.workers ||
-      groups_.root_of(rank) != root_ || rank == rank_) {
-    ignore(message, "not another worker of this host");
+  if (const auto why = round_.stranger(message); !why.empty()) {
+    ignore(message, why);
     return;
   }
   if (message.header.is_response)
@@ -100,36 +88,16 @@ void HostReduce::on_message(const Message& message) {
 }
 
 void HostReduce::on_ready(const Message& request) {
-  if (!is_root()) {
-    ignore(request, "this worker is not its host's root (worker " + std::to_string(root_) + " is)");
+  const auto ready = round_.ready(request, iteration_);
+  if (!ready.ignored.empty()) {
+    ignore(request, ready.ignored);
     return;
   }
-  const PartitionSpec* partition = find_partition(request.header.key);
-  if (!partition) {
-    ignore(request, "no partition has that key");
-    return;
-  }
-  const std::uint32_t iteration = request.header.iteration;
-  if (static_cast<int>(iteration) >= options_.iterations ||
-      (iteration != iteration_ && iteration != iteration_ + 1)) {
-    ignore(request, "this worker runs iteration " + std::to_string(iteration_));
-    return;
-  }
-  auto& ready = pending_[{iteration, partition->key}].ready;
-  const int rank = rank_of(request.header.sender);
-  if (std::ranges::find(ready, rank) != ready.end()) {
-    ignore(request, "that worker's partition is staged already (a repeat)");
-    return;
-  }
-  ready.push_back(rank);
-  reduce_if_complete(*partition, iteration);
+  if (ready.complete) reduce(*ready.complete, request.header.iteration);
 }
 
-void HostReduce::reduce_if_complete(const PartitionSpec& partition, std::uint32_t iteration) {
-  const auto it = pending_.find({iteration, partition.key});
+void HostReduce::reduce(const PartitionSpec& partition, std::uint32_t iteration) {
   const auto members = groups_.members(root_);
-  if (it == pending_.end() || !it->second.own_staged || it->second.ready.size() + 1 < members.size()) return;
-  pending_.erase(it);
   const std::string name = input_name(rank_, partition.key);
   std::shared_ptr<ByteBuffer> sum;
   std::vector<std::shared_ptr<ByteBuffer>> inputs;  // the others' partitions, by rank
@@ -162,12 +130,9 @@ bool HostReduce::share(const Message& aggregate) {
   const auto key = aggregate.header.key;
   const auto iteration = aggregate.header.iteration;
   const auto bytes = aggregate.payload.size();
-  const PartitionSpec* partition = find_partition(key);
-  if (!partition || bytes != partition->bytes) {
-    // The host's buffer holds the partition: a reply of another size cannot be shared (nor trusted).
-    rt_.fail("worker " + std::to_string(rank_) + " pulled " + std::to_string(bytes) + " bytes for key " +
-             std::to_string(key) +
-             (partition ? ", expected " + std::to_string(partition->bytes) : ", which no partition has"));
+  std::string error;
+  if (!round_.aggregate_partition(aggregate, error)) {
+    rt_.fail(error);
     return false;
   }
   std::shared_ptr<ByteBuffer> out;
@@ -204,7 +169,7 @@ void HostReduce::on_aggregate(const Message& response) {
     return;
   }
   awaiting_.erase(it);
-  const PartitionSpec* partition = find_partition(key);
+  const PartitionSpec* partition = round_.find_partition(key);
   PSTWIN_ASSERT(partition != nullptr, "a staged partition without a spec");
   auto in = options_.phantom ? nullptr : buffer(aggregate_name(key), partition->bytes);
   auto value = std::make_shared<Payload>();
@@ -226,7 +191,7 @@ std::string HostReduce::describe() const {
   std::ostringstream out;
   out << "host reduce (root worker " << root_ << "): ";
   if (is_root())
-    out << pending_.size() << " partitions waiting for the host's workers";
+    out << round_.waiting() << " partitions waiting for the host's workers";
   else
     out << awaiting_.size() << " partitions waiting for the host's aggregate";
   return out.str();

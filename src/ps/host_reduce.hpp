@@ -23,6 +23,7 @@
 
 #include "core/runtime.hpp"
 #include "ps/host_groups.hpp"
+#include "ps/host_round.hpp"
 #include "ps/role_options.hpp"
 #include "ps/workload.hpp"
 
@@ -44,7 +45,7 @@ class HostReduce {
   HostReduce(Runtime& runtime, HostReduceOptions options, const SyntheticWorkload& workload,
              const HostGroups& groups, int rank, Executor& copy_stage, Executor& reduce_stage, Hooks hooks);
 
-  bool is_root() const { return root_ == rank_; }
+  bool is_root() const { return round_.is_root(); }
   // The iteration the worker runs (requests of it and of the next are accepted).
   void set_iteration(std::uint32_t iteration) { iteration_ = iteration; }
   // This worker's partition of `iteration` is computed: stage it and hand it to the root.
@@ -58,20 +59,13 @@ class HostReduce {
   std::string describe() const;
 
  private:
-  struct Pending {
-    bool own_staged = false;
-    std::vector<int> ready;  // ranks of the other workers whose partition is staged
-  };
-  using Slot = std::pair<std::uint32_t, std::uint64_t>;  // (iteration, key)
-
   void on_ready(const Message& request);
   void on_aggregate(const Message& response);
-  void reduce_if_complete(const PartitionSpec& partition, std::uint32_t iteration);
+  void reduce(const PartitionSpec& partition, std::uint32_t iteration);  // the host's round is complete
   std::shared_ptr<ByteBuffer> buffer(const std::string& name, std::uint64_t bytes);
   std::string input_name(int rank, std::uint64_t key) const;
   std::string aggregate_name(std::uint64_t key) const;
   Seconds intra_host_seconds(std::uint64_t bytes) const;
-  const PartitionSpec* find_partition(std::uint64_t key) const;
   void ignore(const Message& message, const std::string& why);
 
   Runtime& rt_;
@@ -84,7 +78,7 @@ class HostReduce {
   Executor& reduce_stage_;
   Hooks hooks_;
   std::uint32_t iteration_ = 0;
-  std::map<Slot, Pending> pending_;                  // root: partitions not yet summed
+  HostRound round_;                                  // root: partitions not yet summed
   std::map<std::uint64_t, std::uint32_t> awaiting_;  // not the root: key -> iteration staged, no aggregate
   std::map<std::string, std::shared_ptr<ByteBuffer>> buffers_;  // by name: mapped once, reused
 };

@@ -38,9 +38,11 @@ RangeIntakeOptions range_intake_options(const Scenario& scenario) {
 }
 
 HostReduceOptions host_reduce_options(const Scenario& scenario) {
-  return HostReduceOptions{.staging_job = scenario.staging.job,
+  return HostReduceOptions{.device_group = scenario.ps.local_reduce == LocalReduce::kNccl,
+                           .staging_job = scenario.staging.job,
                            .intra_host_bandwidth_Bps = scenario.cluster.intra_host_bandwidth_Bps,
                            .copy_bandwidth_Bps = scenario.staging.copy_bandwidth_Bps,
+                           .pcie_bandwidth_Bps = scenario.cluster.pcie_bandwidth_Bps,
                            .workers = scenario.roles.workers,
                            .iterations = scenario.workload.iterations,
                            .phantom = scenario.workload.payload == PayloadMode::kPhantom};

@@ -57,11 +57,13 @@ struct RangeIntakeOptions {
   std::vector<std::uint64_t> missing_measurements;  // lb.missing_measurements: a fault to inject
 };
 
-// ps.local_reduce: the reduce between the workers of one host (HostReduce).
+// ps.local_reduce: the reduce between the workers of one host (HostReduce, DeviceReduce for "nccl").
 struct HostReduceOptions {
+  bool device_group = false;               // "nccl": the host's GPUs as one group (DeviceReduce)
   std::string staging_job;                 // staging.job: names the host's shared buffers
   double intra_host_bandwidth_Bps = 16e9;  // cluster.intra_host_bandwidth
   double copy_bandwidth_Bps = 5e9;         // staging.copy_bandwidth
+  double pcie_bandwidth_Bps = 12e9;        // cluster.pcie_bandwidth: "nccl"'s root copies
   int workers = 1;
   int iterations = 1;
   bool phantom = false;  // workload.payload = "phantom": sizes only

@@ -52,7 +52,26 @@ Worker::Worker(NodeContext context, int rank, WorkerOptions options, const JobSh
     intake_ = std::make_unique<RangeIntake>(rt_, options_.intake, observer_, workload_, *decisions_, monitor_,
                                             false);
   }
-  if (groups_.active() && groups_.members(groups_.root_of(rank)).size() > 1) {
+  if (groups_.active() && groups_.members(groups_.root_of(rank)).size() > 1 &&
+      options_.host_reduce.device_group) {
+    // The scenario keeps "nccl" to workload.device = "cuda" (Validator::check_local_reduce).
+    PSTWIN_ASSERT(device_ != nullptr, "ps.local_reduce = nccl without device tensors");
+    DeviceReduce::Hooks hooks{
+        .push = [this](const PartitionSpec& partition, Payload payload,
+                       std::string buffer) { kv_.push(partition, std::move(payload), std::move(buffer)); },
+        .deliver =
+            [this](Message aggregate) {
+              if (!device_reduce_->is_root()) {
+                --pushes_unacked_;  // the root pushed it for this worker
+                observer_.pull_received(rank_, aggregate.header.key, iteration_, aggregate.payload);
+              }
+              apply_pull(std::move(aggregate));  // already in this worker's device tensors
+            },
+    };
+    device_reduce_ =
+        std::make_unique<DeviceReduce>(rt_, options_.host_reduce, workload_, groups_, rank, *device_,
+                                       copy_stage_, rt_.executor("reduce", 1), std::move(hooks));
+  } else if (groups_.active() && groups_.members(groups_.root_of(rank)).size() > 1) {
     HostReduce::Hooks hooks{
         .fill = [this](const PartitionSpec& partition, std::uint32_t iteration,
                        std::span<float> out) { fill_push(partition, iteration, out); },
@@ -83,6 +102,7 @@ Worker::Worker(NodeContext context, int rank, WorkerOptions options, const JobSh
 }
 
 void Worker::on_ready() {
+  if (device_reduce_) device_reduce_->start();
   training_start_ = rt_.now();
   snapshot_model();
   report_start_decisions(decisions_.get());
@@ -229,6 +249,10 @@ std::shared_ptr<ByteBuffer> Worker::staging_buffer(const PartitionSpec& partitio
 }
 
 void Worker::stage_and_push(const PartitionSpec& partition) {
+  if (device_reduce_) {
+    device_reduce_->stage(partition, iteration_);
+    return;
+  }
   if (host_reduce_) {
     host_reduce_->stage(partition, iteration_);
     return;
@@ -284,22 +308,8 @@ Seconds Worker::pcie_seconds(std::uint64_t bytes) const {
 
 void Worker::submit_device_work(Executor& stage, std::string_view label, ComputeCost cost,
                                 std::function<void()> work, std::function<void()> done) {
-  auto error = std::make_shared<std::string>();  // written by `work` on the lane, read by `done` after it
-  auto guarded = [work = std::move(work), error] {
-    try {
-      work();
-    } catch (const std::exception& e) {
-      *error = e.what();
-    }
-  };
-  auto checked = [this, error, done = std::move(done)] {
-    if (!error->empty()) {
-      rt_.fail("worker " + std::to_string(rank_) + " (" + device_->describe() + "): " + *error);
-      return;
-    }
-    done();
-  };
-  stage.submit(0, label, cost, std::move(guarded), std::move(checked));
+  pstwin::submit_device_work(rt_, stage, label, cost, std::move(work), std::move(done),
+                             "worker " + std::to_string(rank_) + " (" + device_->describe() + ")");
 }
 
 void Worker::on_decision(const Message& message) {
@@ -319,7 +329,9 @@ void Worker::on_app_message(Message message) {
     return;
   }
   if (message.header.command == Command::kLocalReduce) {
-    if (host_reduce_)
+    if (device_reduce_)
+      device_reduce_->on_message(message);
+    else if (host_reduce_)
       host_reduce_->on_message(message);
     else
       rt_.log("worker " + std::to_string(rank_) + ": ignoring local_reduce from node " +
@@ -414,6 +426,11 @@ void Worker::on_pull_response(Message message) {
   if (decisions_ && message.header.sender != rt_.self())
     monitor_.received(iteration_, message.header.sender, message.payload.size() + kHeaderBytes, rt_.now());
   observer_.pull_received(rank_, message.header.key, iteration_, message.payload);
+  if (device_reduce_ && device_reduce_->is_root()) {
+    // To the device and every member's by the group's broadcast; DeviceReduce then completes the pull.
+    device_reduce_->share(std::move(message));
+    return;
+  }
   if (host_reduce_ && host_reduce_->is_root() && !host_reduce_->share(message)) return;
   if (device_) {
     // The aggregate goes back to the device (host -> device on the copy lane) before the pull counts.
@@ -462,6 +479,7 @@ void Worker::on_model_received() {
   ++iteration_;
   kv_.set_iteration(iteration_);
   if (host_reduce_) host_reduce_->set_iteration(iteration_);
+  if (device_reduce_) device_reduce_->set_iteration(iteration_);
   snapshot_model();  // the global model: worker 0's own unsent steps are not evaluated
   keep_unsent_steps(iteration_ - 1);
   if (static_cast<int>(iteration_) >= options_.iterations) {
@@ -492,6 +510,7 @@ std::string Worker::describe_app_state() const {
   if (awaiting_decision_) out << "; waiting for the load balancer's decision for it";
   if (aggregator_) out << "; aggregator: " << aggregator_->describe();
   if (host_reduce_) out << "; " << host_reduce_->describe();
+  if (device_reduce_) out << "; " << device_reduce_->describe();
   return out.str();
 }
 

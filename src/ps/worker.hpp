@@ -9,7 +9,8 @@
 // With a TrainingModel (workload.kind = "mlp") the compute step is a real gradient step on the
 // worker's replica, pushes carry gradient slices and pulls overwrite the replica's slices.
 // With ps.local_reduce a worker that shares its host stages each partition for the host's root
-// through HostReduce (host_reduce.hpp) instead of pushing it; the root pushes the host's sum.
+// through HostReduce (host_reduce.hpp) instead of pushing it; the root pushes the host's sum. With
+// "nccl" the host's devices reduce and broadcast as one group instead (device_reduce.hpp).
 // With DeviceTensors (workload.device = "cuda", ps/device.hpp) the values live on the device: the copy
 // step produces them there and copies them device -> host into the staging buffer, and every pulled
 // aggregate is copied host -> device on the copy lane before the pull counts as done.
@@ -23,6 +24,7 @@
 #include "ps/aggregator.hpp"
 #include "ps/balance.hpp"
 #include "ps/device.hpp"
+#include "ps/device_reduce.hpp"
 #include "ps/host_reduce.hpp"
 #include "ps/kv_client.hpp"
 #include "ps/lb_intake.hpp"
@@ -110,7 +112,8 @@ class Worker final : public PsNode {
   std::unique_ptr<Aggregator> aggregator_;  // lb.worker_aggregators only
   std::unique_ptr<RangeIntake> intake_;
   const HostGroups& groups_;
-  std::unique_ptr<HostReduce> host_reduce_;  // ps.local_reduce, on a host with other workers only
+  std::unique_ptr<HostReduce> host_reduce_;      // ps.local_reduce, on a host with other workers only
+  std::unique_ptr<DeviceReduce> device_reduce_;  // the same with "nccl" (after device_: uses it)
 };
 
 }  // namespace pstwin

@@ -162,16 +162,39 @@ std::optional<Bound> analytic_bound(const Scenario& sc, const SyntheticWorkload&
           smallest == 0 ? static_cast<double>(p.bytes) : std::min(smallest, static_cast<double>(p.bytes));
     }
     const double intra_Bps = sc.cluster.intra_host_bandwidth_Bps;
-    const double fill = static_cast<double>(k + 1) * smallest / intra_Bps;
-    bound = std::max(bound + fill, static_cast<double>(k) * payload / intra_Bps + smallest / intra_Bps);
-    host_copies = fill;
+    if (sc.ps.local_reduce == LocalReduce::kNccl) {
+      // "nccl" (device_reduce.hpp): before a push can leave, the host's reduce of a partition (q/I, a
+      // ring moves it once over each GPU's link) and the root's device -> host copy (q/X); after the
+      // last pull, its host -> device copy and the broadcast. Over the iteration the collective lane
+      // carries 2P/I, and the root's copy lane 2P/X between a first reduce and a last broadcast.
+      const double pcie_Bps = sc.cluster.pcie_bandwidth_Bps;
+      const double fill = 2 * smallest / intra_Bps + 2 * smallest / pcie_Bps;
+      const double lanes =
+          std::max(2 * payload / intra_Bps, 2 * payload / pcie_Bps + 2 * smallest / intra_Bps);
+      bound = std::max(bound + fill, lanes);
+      host_copies = fill;
+    } else {
+      const double fill = static_cast<double>(k + 1) * smallest / intra_Bps;
+      bound = std::max(bound + fill, static_cast<double>(k) * payload / intra_Bps + smallest / intra_Bps);
+      host_copies = fill;
+    }
   }
   Bound result;
   result.time_s = sc.workload.compute_s + bound + latency;
+  const bool nccl = k > 1 && sc.ps.local_reduce == LocalReduce::kNccl;
   why << "compute + max(max_j n*(p_j + (1+c)*M_j - c*p_j)/(f*B_j), max_w (1+c)*M/(f*B_w)"
       << (switch_Bps > 0 ? ", 2*n*(1+c)*M/(f*S)" : "") << ")"
-      << (k > 1 ? " + (k+1)*q/I (or k*P/I + q/I if more)" : "") << " + 4*lf*L; n=" << groups.pushers();
-  if (k > 1)
+      << (nccl    ? " + 2*q/I + 2*q/X (or max(2*P/I, 2*P/X + 2*q/I) if more)"
+          : k > 1 ? " + (k+1)*q/I (or k*P/I + q/I if more)"
+                  : "")
+      << " + 4*lf*L; n=" << groups.pushers();
+  if (nccl)
+    why << " pushing hosts (ps.local_reduce = nccl), k=" << k
+        << " GPUs per host, P = model payload bytes, q its smallest partition, I = "
+        << sc.cluster.intra_host_bandwidth_Bps
+        << " B/s (reduce and broadcast between the GPUs), X = " << sc.cluster.pcie_bandwidth_Bps
+        << " B/s (the root's PCIe copies), 2*q/I + 2*q/X = " << host_copies << " s";
+  else if (k > 1)
     why << " pushing hosts (ps.local_reduce), k=" << k
         << " workers per host, P = model payload bytes, q its smallest partition, I = "
         << sc.cluster.intra_host_bandwidth_Bps << " B/s (intra-host), (k+1)*q/I = " << host_copies << " s";

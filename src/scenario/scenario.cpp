@@ -913,8 +913,9 @@ std::vector<Field> make_registry() {
   f.push_back(make_field(
       "cluster.intra_host_bandwidth", PSTWIN_MEMBER(cluster.intra_host_bandwidth_Bps), bandwidth,
       "ps.local_reduce: speed of the copies between the workers of one host (the root reading each other "
-      "worker's staged partition, writing the pulled aggregate back, each worker reading it), charged by "
-      "the simulator on the workers' copy lanes; the real backend's copies take what the memory gives. "
+      "worker's staged partition, writing the pulled aggregate back, each worker reading it; with `nccl` "
+      "each reduce and broadcast between the host's GPUs), charged by the simulator on the workers' copy, "
+      "reduce and collective lanes; the real backend's copies take what the memory or the GPU links give. "
       "16 GB/s is PCIe-like (host shared memory between GPUs' staging buffers); NVLink is about 100GB/s."));
   f.push_back(make_field("cluster.links", PSTWIN_MEMBER(cluster.host_links), LinksCodec{},
                          "Per-host link overrides, written as tables `[cluster.links.h3]` with `bandwidth` "
@@ -967,8 +968,11 @@ std::vector<Field> make_registry() {
       "BytePS's hierarchical mode. `none`: every worker pushes and pulls. `shm`: the workers of one host "
       "(roles.worker_hosts) hand each partition to the host's lowest-ranked worker through host shared "
       "memory; it sums them by rank, pushes and pulls for the host (servers expect one push per host), "
-      "and hands the aggregate back the same way. `nccl`: the same between the host's GPUs with NCCL, "
-      "refused by builds without it. Needs ps.mode = \"sync\" and workload.kind = \"synthetic\"."));
+      "and hands the aggregate back the same way. `nccl`: the same between the host's GPUs (needs "
+      "workload.device = \"cuda\"): the host's workers reduce each partition into the root's GPU with "
+      "NCCL, the root copies it to host memory and pushes, and broadcasts the pulled aggregate back to "
+      "their GPUs; refused by builds without NCCL. Needs ps.mode = \"sync\" and workload.kind = "
+      "\"synthetic\"."));
   f.push_back(make_field("ps.heartbeat_interval", PSTWIN_MEMBER(ps.heartbeat_interval_s), positive_duration,
                          "Time between a node's heartbeats to the scheduler."));
   f.push_back(make_field("ps.heartbeat_timeout", PSTWIN_MEMBER(ps.heartbeat_timeout_s), positive_duration,
@@ -1789,13 +1793,23 @@ class Validator {
   }
 
   // What the root's one push per host cannot stand for: per-worker inputs (robust rules, validators,
-  // staleness, late or lost workers), per-worker routing (lb) and device copies (nccl's part).
+  // staleness, late or lost workers), per-worker routing (lb). And where the values are: "shm" sums host
+  // memory, "nccl" the GPUs' (device copies are its part).
   void check_local_reduce() const {
     if (s_.ps.local_reduce == LocalReduce::kNone) return;
-    if (s_.ps.local_reduce == LocalReduce::kNccl)
+    const bool nccl = s_.ps.local_reduce == LocalReduce::kNccl;
+    if (nccl && !built_with_nccl())
       fail("ps.local_reduce",
-           "\"nccl\" reduces between the host's GPUs with NCCL, which this pstwin was built without "
-           "(NCCL needs GPUs, and this machine has none); use \"shm\" (host shared memory) or \"none\"");
+           "\"nccl\" reduces between the host's GPUs with NCCL, and this pstwin was built without NCCL; "
+           "install NCCL (nccl.h, libnccl) with the CUDA toolkit and rebuild with `cmake --preset default "
+           "-DPSTWIN_CUDA=ON -DPSTWIN_NCCL=ON && cmake --build build` (docs/HARDWARE.md), or use \"shm\" "
+           "(host shared memory) or \"none\"");
+    if (nccl && s_.workload.device != DeviceKind::kCuda)
+      fail("ps.local_reduce",
+           "\"nccl\" reduces the tensors on the host's GPUs, and workload.device = \"" +
+               std::string(to_string(s_.workload.device)) +
+               "\" keeps them in host memory; set workload.device = \"cuda\", or use ps.local_reduce = "
+               "\"shm\" (host shared memory) for host tensors");
     const auto refuse = [&](std::string_view why) {
       fail("ps.local_reduce", std::string(why) + "; set ps.local_reduce = \"none\" or change that field");
     };
@@ -1810,7 +1824,7 @@ class Validator {
     if (s_.lb.balancing != Balancing::kHash)
       refuse("routes each host's pushes through one worker, which ps.balancing = \"lb\" does not model");
     if (s_.workload.layerwise) refuse("is not supported with workload.layerwise = true yet");
-    if (s_.workload.device != DeviceKind::kCpu)
+    if (!nccl && s_.workload.device != DeviceKind::kCpu)
       refuse("\"shm\" reduces host memory; workload.device = \"cuda\" would need \"nccl\"");
     if (s_.ps.backup_workers > 0)
       refuse("makes a host's workers one push, which ps.backup_workers > 0 cannot drop separately");
@@ -2058,6 +2072,14 @@ std::string_view to_string(LocalReduce value) {
 
 bool built_with_cuda() {
 #ifdef PSTWIN_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool built_with_nccl() {
+#ifdef PSTWIN_HAVE_NCCL
   return true;
 #else
   return false;

@@ -434,5 +434,7 @@ std::string_view to_string(LocalReduce value);
 // Whether this build has the CUDA device path (CMake option PSTWIN_CUDA): without it workload.device =
 // "cuda" is refused.
 bool built_with_cuda();
+// Whether ps.local_reduce = "nccl" can run: CUDA and NCCL were found at configure time (PSTWIN_NCCL).
+bool built_with_nccl();
 
 }  // namespace pstwin

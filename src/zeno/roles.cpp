@@ -26,6 +26,7 @@ ValidatorOptions validator_options(const Scenario& scenario) {
 JobRoles::JobRoles(const Scenario& scenario, DeviceFactory device)
     : scenario_(scenario),
       device_(std::move(device)),
+      emulated_groups_(device_ ? nullptr : std::make_shared<EmulatedGroups>()),
       workload_(scenario),
       plan_(scenario, workload_),
       groups_(scenario),
@@ -68,7 +69,8 @@ std::unique_ptr<Node> JobRoles::make(Role role, int rank, Runtime& runtime, RunO
       std::unique_ptr<DeviceTensors> device;
       if (scenario_.workload.device == DeviceKind::kCuda) {
         try {
-          device = device_ ? device_(workload_, rank) : std::make_unique<EmulatedDevice>(workload_, rank);
+          device = device_ ? device_(workload_, rank)
+                           : std::make_unique<EmulatedDevice>(workload_, rank, emulated_groups_);
         } catch (const DeviceError& e) {
           throw DeviceError("worker " + std::to_string(rank) + ": workload.device = \"cuda\": " + e.what());
         }

@@ -28,7 +28,8 @@ class JobRoles {
   // Throws ScenarioError naming the field when the scenario's model, rule or attack cannot be built.
   // `scenario` must outlive this object and every role it builds. `device` makes a worker's device
   // tensors with workload.device = "cuda": the real backends pass the CUDA one (cuda/cuda_tensors.hpp);
-  // without it (the simulator) workers get an EmulatedDevice, whose copies the simulator charges.
+  // without it (the simulator) workers get an EmulatedDevice, whose copies the simulator charges, and
+  // with ps.local_reduce = "nccl" form their hosts' groups in one EmulatedGroups of this job.
   explicit JobRoles(const Scenario& scenario, DeviceFactory device = {});
   ~JobRoles();
   JobRoles(const JobRoles&) = delete;
@@ -49,6 +50,7 @@ class JobRoles {
  private:
   const Scenario& scenario_;
   DeviceFactory device_;
+  std::shared_ptr<EmulatedGroups> emulated_groups_;  // without `device_`
   SyntheticWorkload workload_;
   RoundPlan plan_;
   HostGroups groups_;
