@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "realnet/van.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
 
@@ -419,6 +420,23 @@ TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   std::ofstream(with_cpu) << read_text(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml") << "\n" << text;
   const auto sim = run_pstwin("sim " + with_cpu.string() + " -q --out " + (dir / "sim").string());
   EXPECT_EQ(sim.exit_code, 0) << sim.output;
+}
+
+// The ucx van's profile: the same fit over UCX (shared memory between the job's in-process nodes here),
+// so a scenario can ask what a job does with that van's costs instead of a TCP van's.
+TEST(Calibrate, TheUcxVanGetsItsOwnFragment) {
+  if (const auto missing = realnet::van_unavailable(realnet::Van::kUcx); !missing.empty())
+    GTEST_SKIP() << missing;
+  const auto dir = fresh_dir("calibrate-ucx");
+  const auto fragment = dir / "cpu.toml";
+  const auto run = run_pstwin("calibrate --van ucx --quick --sizes 4KB,1MB --out " + fragment.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("1MB pipelined"), std::string::npos) << run.output;
+  const std::string text = read_text(fragment);
+  EXPECT_NE(text.find("--van ucx"), std::string::npos) << text;
+  const Scenario s = parse_scenario(text, fragment.string());
+  EXPECT_GT(s.cpu.send_per_message_s, 0) << text;
+  EXPECT_GT(s.cpu.send_bandwidth_Bps, 0) << text;
 }
 
 TEST(Calibrate, BadSizesAreRefusedNamingTheOption) {

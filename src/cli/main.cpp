@@ -272,8 +272,8 @@ int main(int argc, char** argv) {
       "measure the van's CPU cost per message and per byte with real loopback jobs (1 server, 1 worker, "
       "blocking and pipelined, several sizes), fit the simulator's [cpu] fields to them by least squares "
       "and print how well they fit; writes the fields as a scenario fragment (docs/FIDELITY.md)");
-  calibrate->add_option("--van", calibrate_options.van, "the van measured: zmq (default) or epoll")
-      ->check(CLI::IsMember({"zmq", "epoll"}));
+  calibrate->add_option("--van", calibrate_options.van, "the van measured: zmq (default), epoll or ucx")
+      ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
   calibrate->add_option("--out", calibrate_options.out, "write the fragment to this file (default: stdout)");
   calibrate->add_option("--sizes", calibrate_options.sizes,
                         "partition sizes, one blocking and one pipelined job each (default "
