@@ -260,6 +260,11 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
         ": PSTWIN_JOB_TOKEN is not set: this node runs unauthenticated (any process that reaches its "
         "port can join the job; docs/SECURITY.md)");
   }
+  if (sc.ps.require_encryption && !env.encrypt)
+    throw NodeEnvError(
+        "PSTWIN_ENCRYPT is not curve and the scenario asks for encryption (ps.require_encryption = true): "
+        "set PSTWIN_ENCRYPT=curve on every node (it needs PSTWIN_JOB_TOKEN and the zmq van), or set "
+        "ps.require_encryption = false to run unencrypted");
   // Said once, either way: whoever reads the log knows whether the path could read the gradients.
   log("[pstwin] " + label +
       (env.encrypt

@@ -197,16 +197,23 @@ TEST(Node, ScenarioAsFileOrOptionAndQuietSuccessPrintsNothing) {
   EXPECT_NE(both.output().find("--scenario"), std::string::npos) << both.output();
 }
 
-// Without PSTWIN_JOB_TOKEN a node says it runs unauthenticated; a scenario with ps.require_token
-// makes that a bad configuration (exit 2 naming the variable and the field), and a token too short
-// to be a secret is refused without being printed.
-TEST(Node, WithoutATokenANodeSaysSoAndRequireTokenRefusesToStart) {
+// The environment of worker 0, the only worker of its job, on a port nothing listens on (reserved, then
+// freed): what a node's own checks of its configuration run on.
+Env lone_worker_env() {
   PortHolder reserved;
   const int port = reserved.port();
   reserved.close();
   Env env = worker_env(0, port);
-  env.erase("PSTWIN_JOB_TOKEN");
   env["DMLC_NUM_WORKER"] = "1";
+  return env;
+}
+
+// Without PSTWIN_JOB_TOKEN a node says it runs unauthenticated; a scenario with ps.require_token
+// makes that a bad configuration (exit 2 naming the variable and the field), and a token too short
+// to be a secret is refused without being printed.
+TEST(Node, WithoutATokenANodeSaysSoAndRequireTokenRefusesToStart) {
+  Env env = lone_worker_env();
+  env.erase("PSTWIN_JOB_TOKEN");
   NodeProcess required("required", env,
                        {"--scenario", "scenarios/quickstart.toml", "--set", "ps.require_token=true"});
   EXPECT_EQ(required.wait_until(Clock::now() + std::chrono::seconds(10)), 2) << required.output();
@@ -234,11 +241,7 @@ TEST(Node, WithoutATokenANodeSaysSoAndRequireTokenRefusesToStart) {
 // a van without CURVE, naming the variable; with both it says once that its traffic is encrypted, and
 // a node without it that its traffic is not.
 TEST(Encryption, NodeRefusesCurveWithoutATokenOrOnTheEpollVanAndSaysWhetherItEncrypts) {
-  PortHolder reserved;
-  const int port = reserved.port();
-  reserved.close();
-  Env env = worker_env(0, port);
-  env["DMLC_NUM_WORKER"] = "1";
+  Env env = lone_worker_env();
   env["PSTWIN_ENCRYPT"] = "curve";
   Env no_token = env;
   no_token.erase("PSTWIN_JOB_TOKEN");
@@ -263,6 +266,27 @@ TEST(Encryption, NodeRefusesCurveWithoutATokenOrOnTheEpollVanAndSaysWhetherItEnc
   NodeProcess plain("plain", env, args);
   EXPECT_EQ(plain.wait_until(Clock::now() + std::chrono::seconds(20)), 1) << plain.output();
   EXPECT_NE(plain.output().find("traffic is not encrypted"), std::string::npos) << plain.output();
+}
+
+// ps.require_encryption: a node without PSTWIN_ENCRYPT=curve refuses to start (exit 2, naming the
+// variable and the field), and so does `pstwin run` without --encrypt curve, before any node starts.
+TEST(Encryption, RequireEncryptionRefusesAnUnencryptedNodeOrRun) {
+  Env env = lone_worker_env();
+  NodeProcess node("require-encryption", env,
+                   {"--scenario", "scenarios/quickstart.toml", "--set", "ps.require_encryption=true"});
+  EXPECT_EQ(node.wait_until(Clock::now() + std::chrono::seconds(10)), 2) << node.output();
+  EXPECT_NE(node.output().find("PSTWIN_ENCRYPT is not curve"), std::string::npos) << node.output();
+  EXPECT_NE(node.output().find("ps.require_encryption"), std::string::npos) << node.output();
+
+  const auto dir = testing::fresh_dir("require-encryption");
+  const auto run = testing::run_pstwin(
+      "run scenarios/quickstart.toml -q --set ps.require_encryption=true --out " + (dir / "run").string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("ps.require_encryption = true and this job would run unencrypted: add --encrypt "
+                            "curve"),
+            std::string::npos)
+      << run.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run" / "parts"));
 }
 
 // A node on its own keeps to run.time_limit (wall clock), not sim.max_time (simulated time).

@@ -133,11 +133,13 @@ TEST(Run, SameModelDigestAsSim) {
 }
 
 // `pstwin run --encrypt curve`: every node encrypts (each says so in its log) and the job ends with the
-// simulator's model; with a van that cannot encrypt, the launcher refuses before starting anything.
+// simulator's model (here with ps.require_encryption, which it satisfies); with a van that cannot
+// encrypt, the launcher refuses before starting anything.
 TEST(Encryption, EncryptedRunEndsWithTheSimulatorsModel) {
   TempDir dir("encrypt");
   const std::string digest = two_iteration_sim_digest(dir.path());
-  auto args = run_args("scenarios/quickstart.toml", dir.path() / "run", {"workload.iterations=2"});
+  auto args = run_args("scenarios/quickstart.toml", dir.path() / "run",
+                       {"workload.iterations=2", "ps.require_encryption=true"});
   args.insert(args.end(), {"--encrypt", "curve"});
   Pstwin run(args, dir.path() / "run.log");
   ASSERT_EQ(run.wait_until(Clock::now() + std::chrono::seconds(60)), 0) << run.output();

@@ -459,6 +459,15 @@ int run_node(const CommonOptions& common, const NodeOptions& node_options) {
 
 namespace {
 
+// A scenario that requires encryption launched without it: refused before anything starts, rather
+// than by every node.
+bool encryption_as_required(const Scenario& scenario, bool encrypt) {
+  if (encrypt || !scenario.ps.require_encryption) return true;
+  std::cerr << "pstwin: ps.require_encryption = true and this job would run unencrypted: add --encrypt curve "
+               "(the zmq van), or set ps.require_encryption = false\n";
+  return false;
+}
+
 // --encrypt curve with a van that cannot encrypt: said once here rather than by every node.
 bool encryption_possible(bool encrypt, realnet::Van van) {
   const auto why = realnet::encryption_unavailable(van);
@@ -542,7 +551,7 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
     return 2;
   }
   job.encrypt = options.encrypt == "curve";
-  if (!encryption_possible(job.encrypt, job.van)) return 2;
+  if (!encryption_as_required(scenario, job.encrypt) || !encryption_possible(job.encrypt, job.van)) return 2;
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   job.command = options.command;
   RunReport report;
@@ -569,7 +578,8 @@ int run_launch(const CommonOptions& common, const LaunchOptions& options) {
   launch.port = options.port;
   launch.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
   launch.encrypt = options.encrypt == "curve";
-  if (!encryption_possible(launch.encrypt, launch.van)) return 2;
+  if (!encryption_as_required(scenario, launch.encrypt) || !encryption_possible(launch.encrypt, launch.van))
+    return 2;
   // Checked before anything starts: a bad --rsh or binary path is bad input, not a failed job.
   realnet::remote_command(launch, launch.hosts.front());
   const std::string out_dir = out_dir_of(scenario, options.out_dir);

@@ -1003,6 +1003,12 @@ std::vector<Field> make_registry() {
       "Real runs: `pstwin node` refuses to start without PSTWIN_JOB_TOKEN, the job's secret with which "
       "every connection proves it belongs to the job (docs/SECURITY.md); false: a node without one runs "
       "unauthenticated and says so. `pstwin run` always makes one per job."));
+  f.push_back(make_field(
+      "ps.require_encryption", PSTWIN_MEMBER(ps.require_encryption), BoolCodec{},
+      "Real runs: refuse to start unencrypted. `pstwin node` exits 2 without PSTWIN_ENCRYPT=curve, "
+      "`pstwin run` and `pstwin launch` without --encrypt curve (ZeroMQ CURVE on the zmq van, keys from "
+      "the job token; docs/SECURITY.md); false: encryption is the launcher's choice and each node says "
+      "whether its traffic is encrypted."));
   // Load balancing (FPT's LBScheduler): ps.balancing and [lb]
   f.push_back(make_field("ps.balancing", PSTWIN_MEMBER(lb.balancing), EnumCodec<Balancing>{kBalancingNames},
                          "`hash`: ps.key_hash assigns partitions to servers (BytePS); `lb`: the scheduler "

@@ -85,6 +85,9 @@ struct PsConfig {
   int max_staleness = 0;   // async: refuse a push more than this many key versions behind; 0 = unbounded
   int backup_workers = 0;  // sync: a round completes with the first workers - b pushes; late ones are dropped
   bool require_token = false;  // `pstwin node` refuses to start without PSTWIN_JOB_TOKEN
+  // Real runs refuse to start unencrypted: `pstwin node` without PSTWIN_ENCRYPT=curve, `pstwin run` and
+  // `pstwin launch` without --encrypt curve.
+  bool require_encryption = false;
   // BytePS's hierarchical mode: the workers of one host reduce to its lowest-ranked worker, which alone
   // pushes and pulls for the host (src/ps/host_reduce.hpp).
   LocalReduce local_reduce = LocalReduce::kNone;
