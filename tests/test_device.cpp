@@ -9,11 +9,13 @@
 // tolerance and trains a real job to the CPU's accuracy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,11 +24,14 @@
 
 #include "core/random.hpp"
 #include "cuda/cuda_tensors.hpp"
+#include "harness.hpp"
 #include "ps/device.hpp"
+#include "ps/observer.hpp"
 #include "ps/workload.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
 #include "train/mlp.hpp"
+#include "zeno/roles.hpp"
 
 namespace pstwin {
 namespace {
@@ -289,6 +294,97 @@ TEST(Device, EmulatedGroupSumsByMemberAndBroadcastsTheRootsSum) {
   EXPECT_THROW(d0.join_group(std::vector<std::byte>(kDeviceGroupIdBytes), 0, 1), DeviceError);  // no such id
   EmulatedDevice alone(workload, 3);
   EXPECT_THROW(alone.new_group_id(), DeviceError);  // a device of no job's groups
+}
+
+// The seam of the MLP's device step (ps/device.hpp DeviceMlpStep), without a GPU: a stand-in that
+// computes with train::Mlp on the CPU, or fails like a cuBLAS call.
+class TestMlpStep final : public DeviceMlpStep {
+ public:
+  TestMlpStep(std::span<const std::size_t> layers, std::size_t max_batch, int* calls, bool fail)
+      : model_(std::vector<std::size_t>(layers.begin(), layers.end())),
+        workspace_(model_.workspace(max_batch)),
+        calls_(calls),
+        fail_(fail) {}
+  std::string describe() const override { return "test GPU"; }
+  double loss_and_gradient(std::span<const float> params, std::span<const float> x,
+                           std::span<const std::uint8_t> y, std::span<float> grad) override {
+    ++*calls_;
+    if (fail_) throw DeviceError("cublasSgemm(forward, layer 1): the GPU program failed to execute");
+    return model_.loss_and_gradient(params, x, y, grad, workspace_);
+  }
+
+ private:
+  train::Mlp model_;
+  train::MlpWorkspace workspace_;
+  int* calls_;
+  bool fail_;
+};
+
+// mlp_quick (2 workers, 1 server, 2 rounds) on the test harness with `step` as the real backends'
+// MlpStepFactory: runs until every node stopped; returns the nodes' failures (empty: none failed).
+std::vector<std::string> harness_mlp_job(const MlpStepFactory& step) {
+  const Scenario sc = mlp_quick({{"workload.device", "cuda"}, {"workload.iterations", "2"}});
+  const zeno::JobRoles roles(sc, {}, step);
+  RunObserver observer;
+  testing::Harness harness;
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<testing::FakeRuntime*> runtimes;
+  auto add = [&](const std::string& address, Role role, int rank) {
+    auto& rt = harness.add(address);
+    nodes.push_back(roles.make(role, rank, rt, observer, role == Role::kScheduler ? "" : "scheduler"));
+    rt.node = nodes.back().get();
+    runtimes.push_back(&rt);
+  };
+  add("scheduler", Role::kScheduler, 0);
+  add("server0", Role::kServer, 0);
+  add("worker0", Role::kWorker, 0);
+  add("worker1", Role::kWorker, 1);
+  for (auto* rt : runtimes) rt->node->start();
+  const auto all_stopped = [&] {
+    return std::ranges::all_of(runtimes, [](auto* rt) { return rt->stopped; });
+  };
+  harness.run(all_stopped);
+  EXPECT_TRUE(all_stopped());
+  std::vector<std::string> failures;
+  for (const auto* rt : runtimes)
+    if (!rt->failure.empty()) failures.push_back(rt->failure);
+  return failures;
+}
+
+// What the real backends do with workload.kind = "mlp" on "cuda": every honest worker's step goes
+// through its device step (one per worker, one call per round), and a device error in it fails the run
+// naming the worker and the call, never a crash.
+TEST(Device, MlpStepRunsEveryWorkersRoundAndItsErrorFailsTheRunNamingTheWorker) {
+  SKIP_WITHOUT_CUDA_BUILD();
+  int calls = 0;
+  int made = 0;
+  const auto failures = harness_mlp_job([&](std::span<const std::size_t> layers, std::size_t batch, int) {
+    ++made;
+    return std::make_unique<TestMlpStep>(layers, batch, &calls, false);
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ(calls, 2 * 2);
+  calls = 0;
+  const auto failed = harness_mlp_job([&](std::span<const std::size_t> layers, std::size_t batch, int) {
+    return std::make_unique<TestMlpStep>(layers, batch, &calls, true);
+  });
+  ASSERT_FALSE(failed.empty());
+  // e.g. "worker 0 (node 9 at worker0) failed: worker 0: cublasSgemm(forward, layer 1): ..."
+  EXPECT_NE(
+      failed.front().find(": worker 0: cublasSgemm(forward, layer 1): the GPU program failed to execute"),
+      std::string::npos)
+      << failed.front();
+  // A device that cannot be opened: the worker is named when it is made.
+  try {
+    harness_mlp_job([](std::span<const std::size_t>, std::size_t, int) -> std::unique_ptr<DeviceMlpStep> {
+      throw DeviceError("cudaGetDeviceCount: no CUDA device visible");
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "worker 0: workload.device = \"cuda\": cudaGetDeviceCount: no CUDA device visible");
+  }
 }
 
 // ------------------------------------------------------------------ on a GPU
