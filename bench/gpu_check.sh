@@ -3,6 +3,8 @@
 # configures and builds pstwin with CUDA, prints nvidia-smi's summary, runs the CUDA tests, the
 # crossed-line race on the GPU path (legacy staging names: violations expected; per-rank: none),
 # `pstwin sim` against `pstwin run` on the quickstart with workload.device = "cuda" (same model digest),
+# the MLP's training step on the GPU (workload.kind = "mlp": the real mlp_quick job's test accuracy
+# within 1 point of the CPU run's; the twin with "cuda" gives the CPU model digest),
 # and ps.local_reduce = "nccl": the twin against shm, and on the GPUs what their number allows (one GPU:
 # a communicator of one rank in the Cuda tests, and the refusal of two workers on one GPU; two or more:
 # a real 2 hosts x 2 GPUs job against the twin's model).
@@ -23,7 +25,7 @@ GPU=1
 for arg in "$@"; do
   case "$arg" in
     --no-gpu) GPU=0 ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown option $arg (see --help)" >&2; exit 2 ;;
     *) OUT=$arg ;;
   esac
@@ -285,6 +287,40 @@ def describe(spans):
 print(f"  real copy-lane spans: copy-in {describe(copies)}; pull copy {describe(pulls)}"
       " (model: cluster.pcie_bandwidth, default 12 GB/s = 83 us for 1 MB)")
 EOF
+
+# ------------------------------------------------------------------------------ 6b. the MLP on the GPU
+# The step's math on the GPU is close to the CPU's, not bit-identical (cuBLAS sums in another order):
+# the trained models are compared by test accuracy; Cuda.MlpStepMatchesTheCpuStep (step 4) holds one
+# step's loss and gradient to float tolerance. The twin keeps the CPU math: the same digest as "cpu".
+log "mlp_quick: pstwin run on $REAL_DEVICE against the cpu run; pstwin sim with cuda against cpu"
+run_job mlp-run-cpu 300 scenarios/mlp_quick.toml --set workload.device=cpu
+cpu_status=$?
+run_job mlp-run-device 300 scenarios/mlp_quick.toml --set "workload.device=$REAL_DEVICE"
+device_status=$?
+cpu_accuracy=$(json "$OUT/mlp-run-cpu/results.json" "r['accuracy']['final']")
+device_accuracy=$(json "$OUT/mlp-run-device/results.json" "r['accuracy']['final']")
+device_violations=$(json "$OUT/mlp-run-device/results.json" "r['invariants']['violation_count']")
+if ((cpu_status == 0 && device_status == 0)) && [[ $device_violations == 0 ]] &&
+  python3 -c "import sys; c, d = float('$cpu_accuracy'), float('$device_accuracy'); sys.exit(not (d > 0.8 and abs(d - c) <= 0.01))" 2>/dev/null; then
+  result PASS "mlp_quick run, $REAL_DEVICE vs cpu" "final test accuracy $device_accuracy vs $cpu_accuracy, 0 violations"
+else
+  result FAIL "mlp_quick run, $REAL_DEVICE vs cpu" "exit $device_status/$cpu_status, accuracy '$device_accuracy' vs '$cpu_accuracy' (need within 0.01, above 0.8), violations '$device_violations': see $OUT/mlp-run-*.log"
+  tail -5 "$OUT/mlp-run-device.log"
+fi
+echo "  mean iteration (ms), mlp_quick: run $REAL_DEVICE $(mean_ms "$OUT/mlp-run-device"), run cpu $(mean_ms "$OUT/mlp-run-cpu")" |
+  tee -a "$SUMMARY"
+timeout 120 "$BIN" sim scenarios/mlp_quick.toml --set workload.device=cuda --out "$OUT/mlp-sim-cuda" \
+  >"$OUT/mlp-sim-cuda.log" 2>&1
+sim_cuda_status=$?
+timeout 120 "$BIN" sim scenarios/mlp_quick.toml --out "$OUT/mlp-sim-cpu" >"$OUT/mlp-sim-cpu.log" 2>&1
+sim_cpu_status=$?
+cuda_digest=$(json "$OUT/mlp-sim-cuda/results.json" "r['model_digest']")
+cpu_digest=$(json "$OUT/mlp-sim-cpu/results.json" "r['model_digest']")
+if ((sim_cuda_status == 0 && sim_cpu_status == 0)) && [[ -n $cuda_digest && $cuda_digest == "$cpu_digest" ]]; then
+  result PASS "mlp_quick sim, cuda vs cpu" "model_digest $cuda_digest in both"
+else
+  result FAIL "mlp_quick sim, cuda vs cpu" "exit $sim_cuda_status/$sim_cpu_status, digests '$cuda_digest'/'$cpu_digest': see $OUT/mlp-sim-*.log"
+fi
 
 # ------------------------------------------------------------------------------ 7. nccl local reduce
 if ((NCCL)); then

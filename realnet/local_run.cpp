@@ -20,7 +20,7 @@ namespace pstwin::realnet {
 // Not modelled yet: scheduler start delay, start/executor/delivery jitter (perturbation.*).
 RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  const zeno::JobRoles roles(sc, cuda::device_factory());
+  const zeno::JobRoles roles(sc, cuda::device_factory(), cuda::mlp_step_factory());
   RunObservers observers(sc, roles.training());
   std::vector<LoopRuntime*> workers;  // by rank
   // faults.crashes at an iteration: the worker's own loop reports it, so the crash is immediate.

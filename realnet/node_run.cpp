@@ -271,7 +271,7 @@ NodeRunResult run_node(const Scenario& sc, const NodeEnv& env, const NodeRunOpti
            ? ": traffic is encrypted (ZeroMQ CURVE, keys derived from the job token)"
            : ": traffic is not encrypted (anyone on the network path can read it; PSTWIN_ENCRYPT=curve "
              "encrypts the zmq van's; docs/SECURITY.md)"));
-  const zeno::JobRoles roles(sc, cuda::device_factory());
+  const zeno::JobRoles roles(sc, cuda::device_factory(), cuda::mlp_step_factory());
   const SyntheticWorkload& workload = roles.workload();
   InvariantChecker checker(sc, workload);
   NodeStats stats(sc, env.verbose, [&](const std::string& line) { log("[pstwin] " + label + ": " + line); });

@@ -431,8 +431,9 @@ TEST(LocalReduce, NcclRefusalsNameTheFieldAndExitTwo) {
       {{{"workload.layerwise", "true"}}, "ps.local_reduce", "workload.layerwise"},
       {{{"ps.backup_workers", "1"}}, "ps.local_reduce", "ps.backup_workers"},
       {{{"ps.on_worker_loss", "continue"}}, "ps.local_reduce", "ps.on_worker_loss"},
-      // The device path itself refuses these first.
-      {{{"workload.kind", "mlp"}}, "workload.device", "workload.kind = \"synthetic\""},
+      // The MLP on "cuda" is a device path of its own, but the servers need each worker's gradient.
+      {{{"workload.kind", "mlp"}}, "ps.local_reduce", "workload.kind = \"synthetic\""},
+      // The device path itself refuses this first.
       {{{"staging.enabled", "false"}}, "workload.device", "staging.enabled = true"},
   };
   for (const auto& [overrides, field, says] : cases) {

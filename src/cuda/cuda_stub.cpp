@@ -22,4 +22,12 @@ DeviceFactory device_factory() {
   return make_device_tensors;
 }
 
+std::unique_ptr<DeviceMlpStep> make_mlp_step(std::span<const std::size_t>, std::size_t, int) {
+  throw DeviceError(std::string("workload.device = \"cuda\": ") + kWhy);
+}
+
+MlpStepFactory mlp_step_factory() {
+  return make_mlp_step;
+}
+
 }  // namespace pstwin::cuda

@@ -24,14 +24,9 @@ class CudaTensors final : public DeviceTensors {
  public:
   CudaTensors(const SyntheticWorkload& workload, int rank) : workload_(workload), rank_(rank) {
     try {
-      int count = 0;
-      check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-      if (count <= 0) throw DeviceError("cudaGetDeviceCount: no CUDA device visible");
-      device_ = rank % count;
-      check(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
-      cudaDeviceProp properties{};
-      check(cudaGetDeviceProperties(&properties, device_), "cudaGetDeviceProperties");
-      name_ = "cuda:" + std::to_string(device_) + " " + properties.name;
+      auto gpu = open_worker_gpu(rank);
+      device_ = gpu.device;
+      name_ = std::move(gpu.name);
       check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
       memory_.assign(workload.partitions().size(), nullptr);
       for (std::size_t i = 0; i < memory_.size(); ++i) {

@@ -4,7 +4,9 @@
 // whose every device is missing with the reason "built without CUDA".
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "ps/device.hpp"
@@ -26,5 +28,12 @@ std::unique_ptr<DeviceTensors> make_device_tensors(const SyntheticWorkload& work
 
 // What the real backends hand zeno::JobRoles: make_device_tensors.
 DeviceFactory device_factory();
+
+// workload.kind = "mlp": worker `rank`'s MLP step on GPU rank mod the GPUs visible, with cuBLAS
+// (cuda_mlp.cpp). Throws DeviceError naming the CUDA or cuBLAS call when the device cannot be used.
+std::unique_ptr<DeviceMlpStep> make_mlp_step(std::span<const std::size_t> layers, std::size_t max_batch,
+                                             int rank);
+// What the real backends hand zeno::JobRoles: make_mlp_step.
+MlpStepFactory mlp_step_factory();
 
 }  // namespace pstwin::cuda

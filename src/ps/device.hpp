@@ -96,6 +96,28 @@ void submit_device_work(Runtime& runtime, Executor& stage, std::string_view labe
 using DeviceFactory =
     std::function<std::unique_ptr<DeviceTensors>(const SyntheticWorkload& workload, int rank)>;
 
+// workload.kind = "mlp" with workload.device = "cuda": a worker's MLP step (forward, softmax
+// cross-entropy and the batch-mean gradient) on the device. The model is train::Mlp's, given by its
+// layer sizes; the flat parameter and gradient layout is Mlp's (W1, b1, W2, b2, ... with W_l row-major
+// [out][in]), so the pushed bytes are the same whichever computes them. The CUDA implementation
+// (cuda/cuda_mlp.cpp) lives below the training layer without knowing it; the simulator has none and
+// computes on the CPU. A failed call throws DeviceError naming it.
+class DeviceMlpStep {
+ public:
+  virtual ~DeviceMlpStep() = default;
+  // One line for logs: "cuda:0 NVIDIA H100 80GB HBM3 (cuBLAS)".
+  virtual std::string describe() const = 0;
+  // Mlp::loss_and_gradient's contract: the batch's mean cross-entropy, its gradient written into `grad`
+  // (x: batch x inputs, sample after sample; y: labels; 1 to max_batch samples).
+  virtual double loss_and_gradient(std::span<const float> params, std::span<const float> x,
+                                   std::span<const std::uint8_t> y, std::span<float> grad) = 0;
+};
+
+// Worker `rank`'s MLP step for a model of `layers` (input, hidden..., classes) and batches of up to
+// `max_batch` samples; throws DeviceError when the device cannot be used.
+using MlpStepFactory = std::function<std::unique_ptr<DeviceMlpStep>(std::span<const std::size_t> layers,
+                                                                    std::size_t max_batch, int rank)>;
+
 class EmulatedDevice;
 
 // The simulator's device groups: every worker of the job runs in its one process, so a group is a table

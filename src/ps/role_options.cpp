@@ -1,5 +1,7 @@
 #include "ps/role_options.hpp"
 
+#include <algorithm>
+
 namespace pstwin {
 
 ControlOptions control_options(const Scenario& scenario) {
@@ -56,6 +58,22 @@ ServerOptions server_options(const Scenario& scenario) {
                        .intake = range_intake_options(scenario)};
 }
 
+namespace {
+
+// A GPU MLP step (cuda/cuda_mlp.cpp) copies the parameters and the batch (pixels as float32, labels as
+// bytes) host -> device, and the gradient and the per-sample losses back, every local step.
+std::uint64_t step_copy_bytes(const Scenario& scenario) {
+  if (scenario.workload.kind != WorkloadKind::kMlp || scenario.workload.device != DeviceKind::kCuda) return 0;
+  std::uint64_t parameters = 0;
+  for (const auto bytes : scenario.declared_tensor_bytes()) parameters += bytes;
+  const auto batch = static_cast<std::uint64_t>(scenario.train.batch);
+  const auto inputs = static_cast<std::uint64_t>(scenario.train.layers.front());
+  const std::uint64_t step = 2 * parameters + batch * (inputs * sizeof(float) + 1 + sizeof(float));
+  return static_cast<std::uint64_t>(std::max(1, scenario.train.local_steps)) * step;
+}
+
+}  // namespace
+
 WorkerOptions worker_options(const Scenario& scenario) {
   return WorkerOptions{
       .servers = scenario.roles.servers,
@@ -78,7 +96,8 @@ WorkerOptions worker_options(const Scenario& scenario) {
       .copy_bandwidth_Bps = scenario.staging.copy_bandwidth_Bps,
       .aggregator = aggregator_options(scenario),
       .intake = range_intake_options(scenario),
-      .host_reduce = host_reduce_options(scenario)};
+      .host_reduce = host_reduce_options(scenario),
+      .step_copy_bytes = step_copy_bytes(scenario)};
 }
 
 }  // namespace pstwin

@@ -99,6 +99,9 @@ struct WorkerOptions {
   AggregatorOptions aggregator;     // with `aggregates`
   RangeIntakeOptions intake;        // with `aggregates`
   HostReduceOptions host_reduce;    // with ps.local_reduce, on a host with other workers
+  // workload.kind = "mlp" on "cuda": the bytes a round's training step copies between host and GPU
+  // (parameters and batch in, gradient out, per local step), charged at pcie_bandwidth_Bps.
+  std::uint64_t step_copy_bytes = 0;
 };
 
 // What every role of a job shares, built once per process from the scenario (JobRoles) and outliving

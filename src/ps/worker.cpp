@@ -114,10 +114,12 @@ void Worker::on_ready() {
   start_iteration(rt_.now());
 }
 
-// Training: the simulator charges the step's FLOPs at the host's speed and the real backend
-// ignores them; both run the real step in a task's `work`, which owns params_ and grad_ until `done`.
+// Training: the simulator charges the step's FLOPs at the host's speed (and a GPU step's copies at
+// cluster.pcie_bandwidth) and the real backend ignores them; both run the real step in a task's `work`,
+// which owns params_ and grad_ until `done`.
 ComputeCost Worker::iteration_cost() {
   ComputeCost cost{training_ ? 0 : options_.compute_s, training_ ? gradients_->flops_per_step() : 0};
+  if (training_) cost.device_seconds = pcie_seconds(options_.step_copy_bytes);
   if (options_.compute_jitter_s > 0)
     cost.seconds += rt_.random("worker.compute_jitter").uniform(0, options_.compute_jitter_s);
   return cost;
@@ -138,18 +140,18 @@ void Worker::try_forward() {
   const bool last = next_forward_ + 1 == tensor_parts_.size();
   std::function<void()> work;
   if (training_ && last) work = [this] { gradients_->step(compute_iteration_, params_, grad_); };
-  compute_stage_.submit(0, "forward", {layer_cost_.seconds * share, layer_cost_.flops * share},
-                        std::move(work), [this, last] {
-                          forwarding_ = false;
-                          ++next_forward_;
-                          if (!last) {
-                            try_forward();
-                            return;
-                          }
-                          pulls_outstanding_ = workload_.partitions().size();
-                          pushes_unacked_ = workload_.partitions().size();
-                          run_backward(static_cast<int>(tensor_parts_.size()) - 1);
-                        });
+  submit_compute("forward", {layer_cost_.seconds * share, layer_cost_.flops * share}, std::move(work),
+                 [this, last] {
+                   forwarding_ = false;
+                   ++next_forward_;
+                   if (!last) {
+                     try_forward();
+                     return;
+                   }
+                   pulls_outstanding_ = workload_.partitions().size();
+                   pushes_unacked_ = workload_.partitions().size();
+                   run_backward(static_cast<int>(tensor_parts_.size()) - 1);
+                 });
 }
 
 void Worker::run_backward(int tensor) {
@@ -181,7 +183,7 @@ void Worker::start_iteration(Seconds started) {
   }
   std::function<void()> work;
   if (training_) work = [this] { gradients_->step(iteration_, params_, grad_); };
-  compute_stage_.submit(0, "compute", iteration_cost(), std::move(work), [this] {
+  submit_compute("compute", iteration_cost(), std::move(work), [this] {
     pulls_outstanding_ = workload_.partitions().size();
     pushes_unacked_ = 0;
     for (const auto& partition : workload_.partitions())
@@ -300,6 +302,16 @@ void Worker::stage_and_push(const PartitionSpec& partition) {
   };
   copy_stage_.submit_tagged(0, "copy", copy_cost, std::move(copy_in), std::move(staged),
                             SpanTags{partition.key, iteration, rank_, std::move(buffer), partition.bytes});
+}
+
+void Worker::submit_compute(std::string_view label, ComputeCost cost, std::function<void()> work,
+                            std::function<void()> done) {
+  if (!work) {
+    compute_stage_.submit(0, label, cost, {}, std::move(done));
+    return;
+  }
+  pstwin::submit_device_work(rt_, compute_stage_, label, cost, std::move(work), std::move(done),
+                             "worker " + std::to_string(rank_));
 }
 
 Seconds Worker::pcie_seconds(std::uint64_t bytes) const {

@@ -68,6 +68,10 @@ class Worker final : public PsNode {
   void submit_device_work(Executor& stage, std::string_view label, ComputeCost cost,
                           std::function<void()> work, std::function<void()> done);
   Seconds pcie_seconds(std::uint64_t bytes) const;
+  // A compute step on compute_stage_. The training step's `work` (the MLP's math, on the CPU or its GPU)
+  // may throw: that fails the run naming this worker instead of escaping a lane thread.
+  void submit_compute(std::string_view label, ComputeCost cost, std::function<void()> work,
+                      std::function<void()> done);
   std::shared_ptr<ByteBuffer> staging_buffer(const PartitionSpec& partition);
   // What this worker pushes for `partition`: synthetic values, or its gradient slice.
   void fill_push(const PartitionSpec& partition, std::uint32_t iteration, std::span<float> out) const;

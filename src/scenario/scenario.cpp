@@ -1071,8 +1071,10 @@ std::vector<Field> make_registry() {
       "Where each worker keeps its tensors: `cpu` (host memory, the copy-in is a memcpy at "
       "staging.copy_bandwidth) or `cuda` (GPU memory: the copy-in is a device -> host copy into the pinned "
       "staging buffer and each pulled aggregate goes back host -> device, at cluster.pcie_bandwidth in the "
-      "simulator). `cuda` needs a build with CUDA (PSTWIN_CUDA), workload.kind = \"synthetic\" and "
-      "staging.enabled; a real run also needs a GPU (worker r uses GPU r mod the GPUs visible). "
+      "simulator). With workload.kind = \"mlp\", `cuda` runs each worker's MLP step (forward, loss, "
+      "gradient) on its GPU with cuBLAS and copies the gradient back to host memory; the simulator computes "
+      "the same step on the CPU. `cuda` needs a build with CUDA (PSTWIN_CUDA) and, for the synthetic "
+      "workload, staging.enabled; a real run also needs a GPU (worker r uses GPU r mod the GPUs visible). "
       "docs/HARDWARE.md."));
   f.push_back(make_field("workload.sum_bandwidth", PSTWIN_MEMBER(workload.sum_bandwidth_Bps), bandwidth,
                          "Server float32 summation speed (cost model)."));
@@ -1788,11 +1790,9 @@ class Validator {
            "this pstwin was built without CUDA; install the CUDA toolkit (nvcc) and rebuild with "
            "`cmake --preset default -DPSTWIN_CUDA=ON && cmake --build build` (docs/HARDWARE.md), or use "
            "workload.device = \"cpu\"");
-    if (s_.workload.kind != WorkloadKind::kSynthetic)
-      fail("workload.device",
-           "\"cuda\" keeps the synthetic workload's tensors on the GPU; set "
-           "workload.kind = \"synthetic\" or workload.device = \"cpu\"");
-    if (!s_.staging.enabled)
+    // workload.kind = "mlp" runs each worker's MLP step on its GPU and pushes the gradient from host
+    // memory, so only the synthetic tensors need the staging copy from the device.
+    if (s_.workload.kind == WorkloadKind::kSynthetic && !s_.staging.enabled)
       fail("workload.device",
            "\"cuda\" copies each partition from the GPU into its host staging buffer; "
            "set staging.enabled = true or workload.device = \"cpu\"");

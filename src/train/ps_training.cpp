@@ -15,9 +15,10 @@ namespace {
 class ShardGradients final : public GradientSource {
  public:
   ShardGradients(const MlpTraining& training, const ImageDataset& data, std::vector<std::uint32_t> shard,
-                 std::size_t batch, RandomStream batches, int local_steps)
+                 std::size_t batch, RandomStream batches, int local_steps,
+                 std::unique_ptr<DeviceMlpStep> device)
       : training_(training),
-        trainer_(training.model(), data, std::move(shard), batch, batches),
+        trainer_(training.model(), data, std::move(shard), batch, batches, std::move(device)),
         local_(local_steps),
         momentum_(training.worker_momentum()) {}
   void step(std::uint32_t round, std::span<const float> params, std::span<float> grad) override {
@@ -44,8 +45,9 @@ const ImageDataset& load(const Scenario& scenario, Split split) {
 
 }  // namespace
 
-MlpTraining::MlpTraining(const Scenario& scenario)
+MlpTraining::MlpTraining(const Scenario& scenario, MlpStepFactory device_step)
     : scenario_(scenario),
+      device_step_(std::move(device_step)),
       model_(std::vector<std::size_t>(scenario.train.layers.begin(), scenario.train.layers.end())),
       sgd_{.learning_rate = static_cast<float>(scenario.train.learning_rate),
            .momentum = static_cast<float>(scenario.train.momentum),
@@ -104,10 +106,18 @@ std::unique_ptr<GradientSource> MlpTraining::worker(int rank) const {
     throw ScenarioError("train.batch = " + std::to_string(batch) + ": larger than worker " +
                         std::to_string(rank) + "'s shard of " + std::to_string(shard.size()) +
                         " images; lower train.batch or roles.workers");
+  std::unique_ptr<DeviceMlpStep> device;
+  if (device_step_) {
+    try {
+      device = device_step_(model_.layers(), batch, rank);
+    } catch (const DeviceError& e) {
+      throw DeviceError("worker " + std::to_string(rank) + ": workload.device = \"cuda\": " + e.what());
+    }
+  }
   return std::make_unique<ShardGradients>(
       *this, data, shard, batch,
       RandomStream(scenario_.seed, "train.batches", static_cast<std::uint64_t>(rank)),
-      scenario_.train.local_steps);
+      scenario_.train.local_steps, std::move(device));
 }
 
 float MlpTraining::learning_rate(std::uint32_t iteration) const {

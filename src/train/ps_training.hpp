@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "ps/device.hpp"
 #include "ps/training.hpp"
 #include "scenario/scenario.hpp"
 #include "train/mlp.hpp"
@@ -25,8 +26,9 @@ namespace pstwin::train {
 class MlpTraining final : public TrainingModel {
  public:
   // Throws ScenarioError naming the field when the scenario cannot be trained (e.g. train.batch
-  // larger than a Dirichlet shard).
-  explicit MlpTraining(const Scenario& scenario);
+  // larger than a Dirichlet shard). `device_step` (real backends, workload.device = "cuda") gives each
+  // worker's honest gradient step its device; without it workers compute on the CPU.
+  explicit MlpTraining(const Scenario& scenario, MlpStepFactory device_step = {});
 
   std::span<const float> initial_parameters() const override { return initial_; }
   std::size_t tensor_offset(int tensor) const override;
@@ -51,6 +53,7 @@ class MlpTraining final : public TrainingModel {
 
  private:
   const Scenario& scenario_;
+  MlpStepFactory device_step_;
   Mlp model_;
   SgdConfig sgd_;
   SgdConfig server_sgd_;  // sgd_, or plain SGD when the workers keep the momentum

@@ -6,13 +6,15 @@
 namespace pstwin::train {
 
 ShardTrainer::ShardTrainer(const Mlp& model, const ImageDataset& data, std::vector<std::uint32_t> shard,
-                           std::size_t batch_size, RandomStream batches)
+                           std::size_t batch_size, RandomStream batches,
+                           std::unique_ptr<DeviceMlpStep> device)
     : model_(model),
       data_(data),
       sampler_(std::move(shard), batch_size, batches),
       workspace_(model.workspace(sampler_.batch_size())),
       x_(sampler_.batch_size() * data.features()),
-      y_(sampler_.batch_size()) {
+      y_(sampler_.batch_size()),
+      device_(std::move(device)) {
   if (data.features() != model.inputs()) {
     throw std::invalid_argument(
         fmt::format("ShardTrainer: the data set has {} features per sample, the model "
@@ -41,6 +43,7 @@ double ShardTrainer::step(std::span<const float> params, std::span<float> grad) 
   if (!label_map_.empty()) {
     for (auto& y : y_) y = label_map_[y];
   }
+  if (device_) return device_->loss_and_gradient(params, x_, y_, grad);
   return model_.loss_and_gradient(params, x_, y_, grad, workspace_);
 }
 

@@ -6,10 +6,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/random.hpp"
+#include "ps/device.hpp"
 #include "train/idx_dataset.hpp"
 #include "train/mlp.hpp"
 #include "train/sharding.hpp"
@@ -18,9 +20,10 @@ namespace pstwin::train {
 
 class ShardTrainer {
  public:
-  // `model` and `data` must outlive the trainer. `batches` orders the shard's minibatches.
+  // `model` and `data` must outlive the trainer. `batches` orders the shard's minibatches. With
+  // `device` (workload.device = "cuda" on a real backend) the step's math runs there, else on the CPU.
   ShardTrainer(const Mlp& model, const ImageDataset& data, std::vector<std::uint32_t> shard,
-               std::size_t batch_size, RandomStream batches);
+               std::size_t batch_size, RandomStream batches, std::unique_ptr<DeviceMlpStep> device = nullptr);
 
   // Writes the next minibatch's gradient at `params` into `grad` and returns the batch's mean loss.
   double step(std::span<const float> params, std::span<float> grad);
@@ -41,7 +44,8 @@ class ShardTrainer {
   MlpWorkspace workspace_;
   std::vector<float> x_;
   std::vector<std::uint8_t> y_;
-  std::vector<std::uint8_t> label_map_;  // empty: labels as they are
+  std::vector<std::uint8_t> label_map_;    // empty: labels as they are
+  std::unique_ptr<DeviceMlpStep> device_;  // null: the CPU computes
 };
 
 }  // namespace pstwin::train

@@ -222,9 +222,9 @@ bool AttackPlan::attacks(int worker, std::uint64_t round) const {
   return may_attack(worker);
 }
 
-RobustTraining::RobustTraining(const Scenario& scenario)
+RobustTraining::RobustTraining(const Scenario& scenario, MlpStepFactory device_step)
     : scenario_(scenario),
-      inner_(scenario),
+      inner_(scenario, std::move(device_step)),
       rule_(rule_config(scenario)),
       attack_(attack_config(scenario)),
       plan_(scenario) {}

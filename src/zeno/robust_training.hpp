@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ps/device.hpp"
 #include "ps/training.hpp"
 #include "ps/update_rule.hpp"
 #include "scenario/scenario.hpp"
@@ -47,7 +48,9 @@ class AttackPlan {
 
 class RobustTraining final : public TrainingModel {
  public:
-  explicit RobustTraining(const Scenario& scenario);
+  // `device_step`: honest workers' gradient steps on the device (train::MlpTraining); attackers and
+  // validators compute on the CPU.
+  explicit RobustTraining(const Scenario& scenario, MlpStepFactory device_step = {});
 
   std::span<const float> initial_parameters() const override { return inner_.initial_parameters(); }
   std::size_t tensor_offset(int tensor) const override { return inner_.tensor_offset(tensor); }

@@ -23,7 +23,7 @@ ValidatorOptions validator_options(const Scenario& scenario) {
 
 }  // namespace
 
-JobRoles::JobRoles(const Scenario& scenario, DeviceFactory device)
+JobRoles::JobRoles(const Scenario& scenario, DeviceFactory device, MlpStepFactory mlp_step)
     : scenario_(scenario),
       device_(std::move(device)),
       emulated_groups_(device_ ? nullptr : std::make_shared<EmulatedGroups>()),
@@ -34,7 +34,10 @@ JobRoles::JobRoles(const Scenario& scenario, DeviceFactory device)
       server_(server_options(scenario)),
       worker_(worker_options(scenario)) {
   const bool async = scenario.ps.mode == TrainingMode::kAsync;
-  if (scenario.workload.kind == WorkloadKind::kMlp) training_ = std::make_unique<RobustTraining>(scenario);
+  if (scenario.workload.kind == WorkloadKind::kMlp) {
+    if (scenario.workload.device != DeviceKind::kCuda) mlp_step = {};
+    training_ = std::make_unique<RobustTraining>(scenario, std::move(mlp_step));
+  }
   if (!training_) {
     rule_ = std::make_unique<SumRule>();
   } else if (scenario.roles.validators > 0) {
@@ -67,7 +70,8 @@ std::unique_ptr<Node> JobRoles::make(Role role, int rank, Runtime& runtime, RunO
       return std::make_unique<Server>(context(), rank, server_, shape_, *rule_);
     case Role::kWorker: {
       std::unique_ptr<DeviceTensors> device;
-      if (scenario_.workload.device == DeviceKind::kCuda) {
+      // The MLP's device is its training step's (RobustTraining); device tensors are the synthetic one's.
+      if (scenario_.workload.device == DeviceKind::kCuda && !training_) {
         try {
           device = device_ ? device_(workload_, rank)
                            : std::make_unique<EmulatedDevice>(workload_, rank, emulated_groups_);

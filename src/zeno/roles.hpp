@@ -30,7 +30,9 @@ class JobRoles {
   // tensors with workload.device = "cuda": the real backends pass the CUDA one (cuda/cuda_tensors.hpp);
   // without it (the simulator) workers get an EmulatedDevice, whose copies the simulator charges, and
   // with ps.local_reduce = "nccl" form their hosts' groups in one EmulatedGroups of this job.
-  explicit JobRoles(const Scenario& scenario, DeviceFactory device = {});
+  // `mlp_step` runs a worker's MLP step on its GPU with workload.kind = "mlp" (the real backends pass
+  // cuda::mlp_step_factory); without it (the simulator) the CPU computes the same step.
+  explicit JobRoles(const Scenario& scenario, DeviceFactory device = {}, MlpStepFactory mlp_step = {});
   ~JobRoles();
   JobRoles(const JobRoles&) = delete;
   JobRoles& operator=(const JobRoles&) = delete;
