@@ -150,15 +150,17 @@ TEST(LocalReduce, RealRunGivesTheSimulatorsModelWithAQuarterOfTheCrossHostBytes)
   EXPECT_EQ(push_pull_bytes(ra), push_pull_bytes(rs));
 }
 
+// The scenario's error with `overrides` applied; "" when it loads.
+std::string error_of(const std::vector<std::pair<std::string, std::string>>& overrides) {
+  try {
+    load_scenario(kScenarioFile, overrides);
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(LocalReduce, RefusalsNameTheFieldAndExitTwo) {
-  const auto error_of = [](const std::vector<std::pair<std::string, std::string>>& overrides) {
-    try {
-      load_scenario(kScenarioFile, overrides);
-    } catch (const ScenarioError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   struct Case {
     std::vector<std::pair<std::string, std::string>> overrides;
     std::string says;
@@ -217,6 +219,18 @@ struct HostJob {
   bool all_stopped() const {
     return std::ranges::all_of(runtimes, [](const testing::FakeRuntime* rt) { return rt->stopped; });
   }
+  void start() {
+    for (auto* rt : runtimes) rt->node->start();
+  }
+  // Runs the whole job: every node stops without a failure and the invariants hold.
+  void run_clean() {
+    start();
+    harness.run([&] { return all_stopped(); });
+    ASSERT_TRUE(all_stopped());
+    for (const auto* rt : runtimes) EXPECT_TRUE(rt->failure.empty()) << rt->failure;
+    checker.finish(true);
+    EXPECT_EQ(checker.violation_count(), 0u) << checker.violations().front().detail;
+  }
   Scenario scenario;
   zeno::JobRoles roles;
   const SyntheticWorkload& workload;
@@ -249,12 +263,7 @@ Message local_reduce(NodeId from, NodeId to, std::uint64_t key, std::uint32_t it
 
 TEST(LocalReduce, HarnessJobSumsExactlyAndOnlyRootsReachTheServer) {
   HostJob job(host_job_scenario());
-  for (auto* rt : job.runtimes) rt->node->start();
-  job.harness.run([&] { return job.all_stopped(); });
-  ASSERT_TRUE(job.all_stopped());
-  for (const auto* rt : job.runtimes) EXPECT_TRUE(rt->failure.empty()) << rt->failure;
-  job.checker.finish(true);
-  EXPECT_EQ(job.checker.violation_count(), 0u) << job.checker.violations().front().detail;
+  ASSERT_NO_FATAL_FAILURE(job.run_clean());
   // Workers 1 and 2 talk only to their root (and the scheduler); 0 and 3 push for their hosts.
   for (int w = 0; w < 4; ++w) {
     const auto& sent = job.runtimes[static_cast<std::size_t>(2 + w)]->sent;
@@ -268,7 +277,7 @@ TEST(LocalReduce, ForgedLocalReduceMessagesAreIgnoredNotFatal) {
   HostJob job(host_job_scenario());
   const std::uint64_t key = job.workload.partitions().front().key;
   // Once the root pushes, forged requests and answers from everyone who should not send them.
-  for (auto* rt : job.runtimes) rt->node->start();
+  job.start();
   job.harness.run([&] {
     return std::ranges::any_of(job.runtimes[2]->sent,
                                [](const Message& m) { return m.header.command == Command::kPush; });
@@ -400,14 +409,6 @@ TEST(LocalReduce, NcclBoundCountsTheCollectivesAndTheRootsPcieCopies) {
 }
 
 TEST(LocalReduce, NcclRefusalsNameTheFieldAndExitTwo) {
-  const auto error_of = [](const std::vector<std::pair<std::string, std::string>>& overrides) {
-    try {
-      load_scenario(kScenarioFile, overrides);
-    } catch (const ScenarioError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   const auto dir = testing::fresh_dir("lr-nccl-refused");
   if (!built_with_nccl()) {
     const std::string error = error_of({{"ps.local_reduce", "nccl"}, {"workload.device", "cuda"}});
@@ -498,12 +499,7 @@ std::size_t count_logs(const testing::FakeRuntime& rt, std::string_view text) {
 TEST(LocalReduce, NcclHarnessJobSumsExactlyAndOnlyRootsReachTheServer) {
   SKIP_WITHOUT_NCCL_BUILD();
   HostJob job(nccl_job_scenario());
-  for (auto* rt : job.runtimes) rt->node->start();
-  job.harness.run([&] { return job.all_stopped(); });
-  ASSERT_TRUE(job.all_stopped());
-  for (const auto* rt : job.runtimes) EXPECT_TRUE(rt->failure.empty()) << rt->failure;
-  job.checker.finish(true);
-  EXPECT_EQ(job.checker.violation_count(), 0u) << job.checker.violations().front().detail;
+  ASSERT_NO_FATAL_FAILURE(job.run_clean());
   const auto& root_sent = job.runtimes[2]->sent;
   // Worker 0 leads h2's group: one id to each of workers 1 and 2, then per partition and iteration a
   // reduce and a broadcast to each.
@@ -537,7 +533,7 @@ TEST(LocalReduce, NcclForgedMessagesAreIgnoredNotFatal) {
   SKIP_WITHOUT_NCCL_BUILD();
   HostJob job(nccl_job_scenario());
   const std::uint64_t key = job.workload.partitions().front().key;
-  for (auto* rt : job.runtimes) rt->node->start();
+  job.start();
   job.harness.run([&] {
     return std::ranges::any_of(job.runtimes[2]->sent,
                                [](const Message& m) { return m.header.command == Command::kPush; });
@@ -599,7 +595,7 @@ TEST(LocalReduce, NcclDeviceErrorFailsTheRunNamingTheWorkerAndTheCall) {
   HostJob job(nccl_job_scenario(), [groups](const SyntheticWorkload& workload, int rank) {
     return std::make_unique<FailingJoin>(workload, rank, groups);
   });
-  for (auto* rt : job.runtimes) rt->node->start();
+  job.start();
   job.harness.run([&] { return !job.runtimes[4]->failure.empty(); });
   EXPECT_EQ(job.runtimes[4]->failure,
             "worker 2 (test GPU 2): ncclCommInitRank(rank 2 of 3 on test GPU 2): unhandled system error");
