@@ -329,6 +329,12 @@ Toggle curve_encryption() {
           }};
 }
 
+// The epoll van's nodes on one LoopPool (the default) against a thread each.
+Toggle shared_loops() {
+  return {"shared loops", "a loop thread each",
+          [](pstwin::realnet::LocalRunOptions& options, bool on) { options.shared_loops = on; }};
+}
+
 // The toggle on against off, interleaved so that drift in the machine's load hits both alike.
 int toggle_ab(const Toggle& toggle, const std::vector<std::uint64_t>& sizes, int credit, bool quick,
               const Overrides& sets, pstwin::realnet::LocalRunOptions options, int rounds) {
@@ -459,6 +465,7 @@ int main(int argc, char** argv) {
   std::vector<std::uint64_t> sizes{4096, 1 << 20, 16 << 20};
   int auth_rounds = 0;
   int encrypt_rounds = 0;
+  int pool_rounds = 0;
   std::vector<VanColumn> van_columns;
   int van_rounds = 3;
   int credit = 4;
@@ -475,6 +482,10 @@ int main(int argc, char** argv) {
       } else if (arg == "--auth-ab" && has_value) {
         auth_rounds = std::stoi(argv[++i]);
         if (auth_rounds < 1) throw std::invalid_argument("--auth-ab: expected a number of rounds >= 1");
+      } else if (arg == "--shared-loops-ab" && has_value) {
+        pool_rounds = std::stoi(argv[++i]);
+        if (pool_rounds < 1)
+          throw std::invalid_argument("--shared-loops-ab: expected a number of rounds >= 1");
       } else if (arg == "--encrypt-ab" && has_value) {
         encrypt_rounds = std::stoi(argv[++i]);
         if (encrypt_rounds < 1) throw std::invalid_argument("--encrypt-ab: expected a number of rounds >= 1");
@@ -516,11 +527,12 @@ int main(int argc, char** argv) {
             "unknown argument '" + arg +
             "'; usage: bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
             "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N] [--encrypt-ab N] "
+            "[--shared-loops-ab N] "
             "[--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]");
       }
     }
-    if (auth_rounds > 0 && encrypt_rounds > 0)
-      throw std::invalid_argument("--auth-ab and --encrypt-ab: one at a time");
+    if ((auth_rounds > 0) + (encrypt_rounds > 0) + (pool_rounds > 0) > 1)
+      throw std::invalid_argument("--auth-ab, --encrypt-ab and --shared-loops-ab: one at a time");
     if (const auto why = pstwin::realnet::encryption_unavailable(run_options.van);
         encrypt_rounds > 0 && !why.empty())
       throw std::invalid_argument("--encrypt-ab with --van " +
@@ -538,8 +550,10 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (auth_rounds > 0 || encrypt_rounds > 0) {
+  if (auth_rounds > 0 || encrypt_rounds > 0 || pool_rounds > 0) {
     try {
+      if (pool_rounds > 0)
+        return toggle_ab(shared_loops(), sizes, credit, quick, sets, run_options, pool_rounds);
       return auth_rounds > 0
                  ? toggle_ab(job_authentication(), sizes, credit, quick, sets, run_options, auth_rounds)
                  : toggle_ab(curve_encryption(), sizes, credit, quick, sets, run_options, encrypt_rounds);

@@ -1,7 +1,12 @@
 #include "realnet/epoll_runtime.hpp"
 
+#include <sys/timerfd.h>
+#include <time.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -45,6 +50,12 @@ EpollNodeRuntime::EpollNodeRuntime(LocalHost& host, Options options) : LoopRunti
     throw BindError(text.starts_with("cannot bind") ? text : "cannot bind " + options_.bind + ": " + text);
   }
   set_address(bind_host + ":" + std::to_string(transport_->port()));
+  if (options_.pool != nullptr) {
+    pool_timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (pool_timer_.get() < 0)
+      throw std::runtime_error("timerfd_create: " + std::string(std::strerror(errno)));
+    transport_->watch(pool_timer_.get());
+  }
 }
 
 EpollNodeRuntime::~EpollNodeRuntime() {
@@ -152,6 +163,24 @@ void EpollNodeRuntime::flush() {
 
 void EpollNodeRuntime::wait(long timeout_ms) {
   transport_->poll(static_cast<int>(std::clamp<long>(timeout_ms, -1, INT_MAX)));
+}
+
+void EpollNodeRuntime::arm_pool_timer(long timeout_ms) {
+  const int wait_ms = transport_->poll_timeout(static_cast<int>(std::clamp<long>(timeout_ms, -1, INT_MAX)));
+  if (wait_ms < 0) return;  // a timer armed earlier only costs a spurious turn
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const std::int64_t now_ms = std::int64_t{now.tv_sec} * 1000 + now.tv_nsec / 1'000'000;
+  // One timerfd_settime per change that matters: an armed timer due no later than this one stays.
+  if (pool_timer_due_ms_ > now_ms && pool_timer_due_ms_ <= now_ms + wait_ms) return;
+  itimerspec when{};
+  when.it_value.tv_sec = wait_ms / 1000;
+  when.it_value.tv_nsec = static_cast<long>(wait_ms % 1000) * 1'000'000 + 1;  // 0 would disarm it
+  if (timerfd_settime(pool_timer_.get(), 0, &when, nullptr) != 0) {
+    fail("timerfd_settime: " + std::string(std::strerror(errno)));
+    return;
+  }
+  pool_timer_due_ms_ = now_ms + wait_ms;
 }
 
 void EpollNodeRuntime::wake() {

@@ -57,6 +57,8 @@ class EpollNodeRuntime final : public LoopRuntime {
   void flush() override;
   void wait(long timeout_ms) override;
   void wake() override;
+  int pool_fd() const override { return transport_->poll_fd(); }
+  void arm_pool_timer(long timeout_ms) override;
 
   void on_frame(Message message);
   void on_error(const TransportError& error);
@@ -68,6 +70,10 @@ class EpollNodeRuntime final : public LoopRuntime {
   std::map<NodeId, std::string> connected_;  // peer -> address of our open connection
   std::map<NodeId, Pending> pending_;
   bool retry_armed_ = false;
+  // On a LoopPool: a timerfd in the transport's epoll set for the loop's timers and the transport's
+  // own deadlines, and when it is due (steady-clock ms; 0: disarmed or already fired).
+  FileDescriptor pool_timer_;
+  std::int64_t pool_timer_due_ms_ = 0;
   std::atomic<std::uint64_t> transport_errors_ = 0;
 };
 

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/assert.hpp"
 #include "fpt/message_pacer.hpp"
 #include "ps/ids.hpp"
 
@@ -74,11 +75,6 @@ std::shared_ptr<ByteBuffer> fresh_buffer(std::uint64_t size) {
 }
 
 }  // namespace
-
-void FileDescriptor::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
 
 // Our connection to one peer. `frames` are committed (taken from the pool, partly written maybe);
 // only the send thread touches them.
@@ -679,8 +675,7 @@ void EpollTransport::poll(int timeout_ms) {
   take_up_receive_shaping();
   resume_due();
   expire_unproven();
-  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents,
-                               unproven_timeout(paced_timeout(shaped_timeout(timeout_ms))));
+  const int ready = epoll_wait(receive_epoll_.get(), events.data(), kMaxEvents, poll_timeout(timeout_ms));
   if (ready < 0 && errno != EINTR) {
     report("node " + std::to_string(self_.load()), "connection", "epoll_wait failed: " + errno_text(errno));
     return;
@@ -693,12 +688,25 @@ void EpollTransport::poll(int timeout_ms) {
       [[maybe_unused]] const auto got = ::read(fd, &count, sizeof count);
       // After the read: a wake() before this line finds the owner awake and about to look.
       wake_pending_.store(false);
+    } else if (fd == watched_fd_) {
+      std::uint64_t expirations = 0;
+      [[maybe_unused]] const auto got = ::read(fd, &expirations, sizeof expirations);
     } else if (fd != listen_fd_.get() && !in_.contains(fd)) {
       on_writable(fd);  // one of our blocked connections (writable, or in error)
     } else {
       on_readable(fd, (event.events & (EPOLLHUP | EPOLLERR)) != 0);
     }
   }
+}
+
+int EpollTransport::poll_timeout(int timeout_ms) const {
+  return unproven_timeout(paced_timeout(shaped_timeout(timeout_ms)));
+}
+
+void EpollTransport::watch(int fd) {
+  PSTWIN_ASSERT(!options_.own_threads && watched_fd_ < 0, "watch() is for a thread-less transport, once");
+  watched_fd_ = fd;
+  epoll_add(receive_epoll_.get(), fd, EPOLLIN);
 }
 
 bool EpollTransport::drain(int timeout_ms) {

@@ -32,6 +32,7 @@
 #include "fpt/receive_shaper.hpp"
 #include "fpt/send_pool.hpp"
 #include "realnet/buffer_pool.hpp"
+#include "realnet/file_descriptor.hpp"
 #include "realnet/job_auth.hpp"
 
 namespace pstwin::realnet {
@@ -49,24 +50,6 @@ struct TransportError {
   bool refused = false;
   std::string who;
   std::string to_string() const { return peer + ": " + field + ": " + detail; }
-};
-
-// Owns one file descriptor: closed once, when it goes.
-class FileDescriptor {
- public:
-  FileDescriptor() = default;
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  ~FileDescriptor() { reset(); }
-  int get() const { return fd_; }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
 };
 
 class EpollTransport {
@@ -157,6 +140,13 @@ class EpollTransport {
   // Without own threads: pumps and polls until everything queued was written to the kernel or
   // `timeout_ms` passed; true if it all left. Frames that arrive meanwhile are still delivered.
   bool drain(int timeout_ms);
+  // Without own threads, for an owner that waits on several transports at once (LoopPool): the epoll
+  // set poll() waits on, readable while poll(0) has something to do; how long poll(timeout_ms) would
+  // wait at most (the transport's own deadlines: shaping, pacing, handshakes); and `fd`, a timer of
+  // the owner's, added to that set (drained by poll()).
+  int poll_fd() const { return receive_epoll_.get(); }
+  int poll_timeout(int timeout_ms) const;
+  void watch(int fd);
 
   // Stops both threads, joins them and closes every socket; queued messages are dropped. Idempotent.
   void stop();
@@ -227,6 +217,7 @@ class EpollTransport {
   FileDescriptor wake_fd_;  // eventfd for the send thread
   FileDescriptor send_epoll_;
   FileDescriptor receive_epoll_;
+  int watched_fd_ = -1;      // watch()
   FileDescriptor spare_fd_;  // /dev/null, given up to accept (and close) a connection on EMFILE
   std::uint16_t port_ = 0;
 

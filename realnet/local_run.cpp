@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cuda/cuda_tensors.hpp"
@@ -10,6 +11,7 @@
 #include "ps/resend.hpp"
 #include "realnet/job_auth.hpp"
 #include "realnet/locked_observer.hpp"
+#include "realnet/loop_pool.hpp"
 #include "realnet/loop_runtime.hpp"
 #include "report/run_observers.hpp"
 #include "zeno/roles.hpp"
@@ -32,6 +34,9 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   LockedObserver observer(crashes.needed() ? static_cast<RunObserver&>(with_crashes) : observers.fanout);
   LocalHost host({sc.output, options.log, nullptr, [&sc](NodeId id) { return node_host(sc, id); }});
 
+  std::optional<LoopPool> pool;  // outlives the nodes
+  if (options.shared_loops && options.van == Van::kEpoll)
+    pool.emplace(std::min(usable_cpus(), 1 + sc.roles.servers + sc.roles.workers + sc.roles.validators));
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
   const std::string job_token = options.job_token.value_or(JobKey::random_token());
   const std::uint64_t max_payload_bytes = max_frame_payload(sc, roles.workload());
@@ -45,7 +50,8 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
                                                          .linger_ms = 0,
                                                          .job_token = job_token,
                                                          .encrypt = options.encrypt,
-                                                         .max_payload_bytes = max_payload_bytes}));
+                                                         .max_payload_bytes = max_payload_bytes,
+                                                         .pool = pool ? &*pool : nullptr}));
     nodes.back()->inject_faults(sc);
     return *nodes.back();
   };

@@ -28,6 +28,9 @@ struct LocalRunOptions {
   // random one, as `pstwin run` does; "" runs without one.
   std::optional<std::string> job_token;
   bool encrypt = false;  // PSTWIN_ENCRYPT=curve on every node (the zmq van; needs a job token)
+  // The epoll van: the nodes' event loops run on a LoopPool of as many threads as this process may
+  // use CPUs (at most one per node) instead of a thread each (realnet/loop_pool.hpp).
+  bool shared_loops = true;
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});

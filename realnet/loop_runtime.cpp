@@ -14,6 +14,7 @@
 
 #include "core/codec.hpp"
 #include "ps/workload.hpp"
+#include "realnet/loop_pool.hpp"
 
 namespace pstwin::realnet {
 
@@ -272,13 +273,32 @@ std::string LoopRuntime::span_name(const MessageHeader& header) {
   return std::string(command_name(header.command)) + (header.is_response ? " response" : "");
 }
 
+namespace {
+// The node whose loop this thread runs now (a thread of its own, or a LoopPool thread during a turn).
+thread_local const LoopRuntime* current_loop = nullptr;
+}  // namespace
+
+bool LoopRuntime::on_loop() const {
+  return current_loop == this;
+}
+
 void LoopRuntime::start() {
+  if (options_.pool != nullptr && pool_fd() >= 0) {
+    pooled_ = true;
+    wake();  // the first turn runs Node::start()
+    options_.pool->add(*this);
+    return;
+  }
   loop_ = std::jthread([this] { run_loop(); });
 }
 
 void LoopRuntime::halt() {
   halt_.store(true);
   wake_loop();
+  if (pooled_) {
+    pool_done_.wait(false);  // the last turn's flush is done and no pool thread holds this node
+    return;
+  }
   if (loop_.joinable()) loop_.join();
 }
 
@@ -286,62 +306,104 @@ void LoopRuntime::wake_loop() {
   if (!wake_pending_.exchange(true)) wake();
 }
 
-void LoopRuntime::run_loop() {
-  loop_id_.store(std::this_thread::get_id());
-  try {
-    protocol_->start();
+void LoopRuntime::run_round() {
+  // Events posted while events run (an inline task's `done`, which stages the next push) run in the
+  // same round, so one received message's whole chain leaves in this round's flush() instead of
+  // costing a poll(2) and a ZeroMQ command check per link. Bounded: I/O is never starved.
+  constexpr int kEventPassesPerRound = 16;
+  auto run_events = [this] {
     std::deque<std::function<void()>> batch;
-    // Events posted while events run (an inline task's `done`, which stages the next push) run in
-    // the same round, so one received message's whole chain leaves in this round's flush() instead
-    // of costing a poll(2) and a ZeroMQ command check per link. Bounded: I/O is never starved.
-    constexpr int kEventPassesPerRound = 16;
-    auto run_events = [&] {
-      for (int pass = 0; pass < kEventPassesPerRound && !halt_.load(); ++pass) {
-        {
-          std::lock_guard lock(mutex_);
-          batch.swap(events_);
-        }
-        if (batch.empty()) return;
-        for (auto& event : batch) {
-          if (halt_.load()) break;
-          event();
-        }
-        batch.clear();
+    for (int pass = 0; pass < kEventPassesPerRound && !halt_.load(); ++pass) {
+      {
+        std::lock_guard lock(mutex_);
+        batch.swap(events_);
       }
-    };
-    while (!halt_.load()) {
-      run_events();
-      receive();
-      while (!halt_.load()) {
-        std::optional<std::function<void()>> fire;
-        {
-          std::lock_guard lock(mutex_);
-          fire = timers_.pop_due(now());
-        }
-        if (!fire) break;
-        (*fire)();
+      if (batch.empty()) return;
+      for (auto& event : batch) {
+        if (halt_.load()) break;
+        event();
       }
-      run_events();
-      flush();
-      if (halt_.load()) break;
+      batch.clear();
+    }
+  };
+  if (!protocol_started_) {
+    protocol_started_ = true;
+    protocol_->start();
+  }
+  run_events();
+  receive();
+  while (!halt_.load()) {
+    std::optional<std::function<void()>> fire;
+    {
+      std::lock_guard lock(mutex_);
+      fire = timers_.pop_due(now());
+    }
+    if (!fire) break;
+    (*fire)();
+  }
+  run_events();
+  flush();
+}
 
+long LoopRuntime::sleep_ms() {
+  std::lock_guard lock(mutex_);
+  if (!events_.empty()) return 0;
+  if (timers_.empty()) return -1;
+  return std::max(0L, static_cast<long>(std::ceil((timers_.next_deadline() - now()) * 1e3)));
+}
+
+void LoopRuntime::run_loop() {
+  current_loop = this;
+  try {
+    while (!halt_.load()) {
+      run_round();
+      if (halt_.load()) break;
       // Sleep in the transport until a message, a post (wake()) or the next timer. Clearing the flag
       // before looking at the queue means a post after the look wakes the loop.
       wake_pending_.store(false);
-      long timeout_ms = -1;
-      {
-        std::lock_guard lock(mutex_);
-        if (!events_.empty())
-          timeout_ms = 0;
-        else if (!timers_.empty())
-          timeout_ms = std::max(0L, static_cast<long>(std::ceil((timers_.next_deadline() - now()) * 1e3)));
-      }
-      wait(timeout_ms);
+      wait(sleep_ms());
     }
     flush();  // what the last handler sent (a shutdown ack) still goes out
   } catch (const std::exception& e) {
     fail(std::string("uncaught exception: ") + e.what());
   }
+}
+
+bool LoopRuntime::pool_turn() {
+  const LoopRuntime* outer = std::exchange(current_loop, this);
+  // A few rounds while work keeps coming (a chain of posted events), then the thread looks for other
+  // ready nodes: a busy node cannot starve the others of a pool thread.
+  constexpr int kRoundsPerTurn = 4;
+  long sleep = -1;
+  try {
+    for (int round = 0; round < kRoundsPerTurn && !halt_.load(); ++round) {
+      wake_pending_.store(false);  // as in run_loop: a post after this look wakes the node again
+      wait(0);                     // what made the descriptor readable: frames, writable sockets
+      run_round();
+      sleep = sleep_ms();
+      if (sleep != 0) break;
+    }
+    if (halt_.load())
+      flush();  // what the last handler sent (a shutdown ack) still goes out
+    else if (sleep == 0)
+      wake_loop();  // events still queued: readable again, so a pool thread comes back
+    else
+      arm_pool_timer(sleep);
+  } catch (const std::exception& e) {
+    fail(std::string("uncaught exception: ") + e.what());
+  }
+  current_loop = outer;
+  return !halt_.load();
+}
+
+void LoopRuntime::pool_abandon(const std::string& why) {
+  host_.fail(options_.label, why);
+  mark_stopped();
+}
+
+void LoopRuntime::pool_finished() {
+  pool_done_.store(true);
+  pool_done_.notify_all();
 }
 
 bool LoopRuntime::post(std::function<void()> event) {

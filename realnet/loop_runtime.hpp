@@ -108,6 +108,8 @@ class BindError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+class LoopPool;
+
 // How a node runtime is set up, whatever its transport.
 struct NodeRuntimeOptions {
   std::string label;  // "worker 0": logs and trace
@@ -140,6 +142,9 @@ struct NodeRuntimeOptions {
   // The largest payload a frame may announce (the scenario's largest message, max_frame_payload()):
   // a header announcing more is refused before anything is allocated for it. 0: DecodeLimits' default.
   std::uint64_t max_payload_bytes = 0;
+  // Not null: the node's event loop runs on this pool's threads with the other nodes of the process
+  // (realnet/loop_pool.hpp), if its van can (the epoll van); null or another van: a thread of its own.
+  LoopPool* pool = nullptr;
 };
 
 // The largest payload a frame of this job carries: its largest partition (a push, a pull's answer, a
@@ -265,6 +270,12 @@ class LoopRuntime : public Runtime {
   double own_pacing_rate(std::string_view van);
   static TraceMessage trace_message(const Message& message);  // a send or receive span's args
 
+  // A van whose loop can run on a LoopPool: a descriptor that is readable while the loop has work (I/O,
+  // a wake(), a timer armed here); -1: it cannot. arm_pool_timer makes it readable within
+  // `timeout_ms` (-1: never by time), or earlier for the van's own deadlines. Event loop only.
+  virtual int pool_fd() const { return -1; }
+  virtual void arm_pool_timer(long /*timeout_ms*/) {}
+
   // Transport hooks, all on the event loop thread except wake().
   virtual void bind_peer(NodeId id, const std::string& address) = 0;
   virtual void queue(Message message) = 0;  // sender and sequence filled; leaves in flush()
@@ -277,7 +288,17 @@ class LoopRuntime : public Runtime {
   const Options options_;
 
  private:
+  friend class LoopPool;
   void run_loop();
+  // One pass: posted events, received messages, due timers, the events those posted, then sends.
+  void run_round();
+  // How long the loop may sleep now: 0 with events queued, until the next timer, or -1.
+  long sleep_ms();
+  // LoopPool's side: a turn of this node on a pool thread (false: the loop ended, do not re-arm);
+  // the pool gave up on it; the pool will not run it again.
+  bool pool_turn();
+  void pool_abandon(const std::string& why);
+  void pool_finished();
   void mark_stopped();
   void release_held(NodeId sender);
   void crash_if_named(
@@ -286,7 +307,7 @@ class LoopRuntime : public Runtime {
   Seconds job_time() const { return now() + job_offset_s_; }
   // The protocol's last word on the loop, once; then the failure is recorded and the loop ends.
   void fail_on_loop(std::string text, bool configuration);
-  bool on_loop() const { return std::this_thread::get_id() == loop_id_.load(); }
+  bool on_loop() const;
   void wake_loop();
 
   std::string host_name_;
@@ -309,7 +330,9 @@ class LoopRuntime : public Runtime {
   std::atomic<bool> wake_pending_ = false;  // a wake-up is on its way: others need not send one
   std::deque<std::function<void()>> events_;
   TimerQueue timers_;
-  std::atomic<std::thread::id> loop_id_{};
+  bool pooled_ = false;                  // start() gave the loop to options_.pool
+  bool protocol_started_ = false;        // the loop ran Node::start()
+  std::atomic<bool> pool_done_ = false;  // pooled: the pool will not run this node again
   std::atomic<bool> stopped_flag_ = false;
 
   // Touched only on the event loop thread (the protocol's calls).

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -27,6 +28,7 @@
 #include "core/codec.hpp"
 #include "realnet/epoll_runtime.hpp"
 #include "realnet/local_run.hpp"
+#include "realnet/loop_pool.hpp"
 #include "realnet/node_env.hpp"
 #include "scenario/scenario.hpp"
 #include "sim/simulation.hpp"
@@ -343,6 +345,95 @@ TEST(EpollVan, PeerClosingMidMessageFailsTheNodeNamingThePeer) {
   node.halt();
   EXPECT_TRUE(node.stopped());
   EXPECT_EQ(node.transport_errors(), 1u);
+}
+
+// The nodes of one process on a LoopPool (realnet/loop_pool.hpp) end with the model of a loop
+// thread each, in both push/pull modes.
+TEST(EpollVan, NodesOnSharedLoopsEndWithTheModelOfALoopThreadEach) {
+  for (const char* mode : {"separate", "fused"}) {
+    const auto sc = scenario("quickstart.toml", {{"ps.push_pull", mode}});
+    std::string digest[2];
+    for (const bool shared : {false, true}) {
+      auto options = over(realnet::Van::kEpoll);
+      options.shared_loops = shared;
+      const auto report = realnet::run_local(sc, options);
+      ASSERT_TRUE(report.ok()) << mode << (shared ? " shared: " : " own threads: ") << problems(report);
+      EXPECT_EQ(report.iterations.size(), 3u);
+      EXPECT_EQ(report.violation_count, 0u);
+      digest[shared] = report.model_digest;
+    }
+    EXPECT_FALSE(digest[0].empty());
+    EXPECT_EQ(digest[1], digest[0]) << mode;
+  }
+}
+
+// A protocol stand-in that only keeps timers: each firing starts the next, `count` in all.
+class Ticker final : public Node {
+ public:
+  Ticker(Runtime& rt, int count) : rt_(rt), left_(count) {}
+  void start() override { tick(); }
+  void on_message(Message) override {}
+  std::string describe_state() const override { return "ticking"; }
+  int fired() const { return fired_.load(); }
+
+ private:
+  void tick() {
+    if (left_-- == 0) return;
+    rt_.start_timer(0.002, [this] {
+      ++fired_;
+      tick();
+    });
+  }
+  Runtime& rt_;
+  int left_;
+  std::atomic<int> fired_ = 0;
+};
+
+// On one pool thread, a node whose only work is timers (no I/O ever wakes it) still runs them, and
+// another node's messages arrive in order meanwhile; halting both leaves the pool free to go.
+TEST(EpollVan, APoolThreadRunsTimersAndMessagesOfSeveralNodes) {
+  realnet::LoopPool pool(1);
+  realnet::LocalHost host({});
+  auto with_pool = [&pool](std::string label) {
+    auto options = labelled(std::move(label));
+    options.pool = &pool;
+    return options;
+  };
+  auto ticker_node = std::make_unique<realnet::EpollNodeRuntime>(host, with_pool("ticker"));
+  auto ticker = std::make_unique<Ticker>(*ticker_node, 25);
+  const Ticker& ticks = *ticker;
+  ticker_node->attach(std::move(ticker));
+  auto receiver = std::make_unique<realnet::EpollNodeRuntime>(host, with_pool("receiver"));
+  receiver->set_self(9);
+  auto recorder = std::make_unique<Recorder>(*receiver, std::vector<std::pair<NodeId, std::string>>{},
+                                             std::vector<Message>{});
+  const Recorder& received = *recorder;
+  receiver->attach(std::move(recorder));
+  std::vector<Message> to_send;
+  for (int i = 0; i < 50; ++i) to_send.push_back(numbered(9, static_cast<std::uint64_t>(i), 20000));
+  auto sender = std::make_unique<realnet::EpollNodeRuntime>(host, with_pool("sender"));
+  sender->attach(std::make_unique<Recorder>(
+      *sender, std::vector<std::pair<NodeId, std::string>>{{9, receiver->local_address()}},
+      std::move(to_send)));
+  ticker_node->start();
+  receiver->start();
+  sender->start();
+  const auto deadline = Clock::now() + 20s;
+  while ((received.received().size() < 50 || ticks.fired() < 25) && Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(ticks.fired(), 25);
+  const auto got = received.received();
+  ASSERT_EQ(got.size(), 50u);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].header.key, i);
+    const auto bytes = got[i].payload.bytes();
+    ASSERT_EQ(bytes.size(), 20000u);
+    EXPECT_EQ(bytes[123], static_cast<std::byte>((i + 123) & 0xFF));
+  }
+  sender->halt();
+  receiver->halt();
+  ticker_node->halt();
+  EXPECT_FALSE(host.failed()) << host.failure();
 }
 
 }  // namespace
