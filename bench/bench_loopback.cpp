@@ -12,12 +12,15 @@
 // average: on a shared machine, wall times are noisy. Usage:
 //   bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick]
 //                  [--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N]
-//                  [--encrypt-ab N] [--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]
+//                  [--encrypt-ab N] [--shared-loops-ab N] [--loop-threads N]
+//                  [--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]
 // --auth-ab N: instead, the cost of job authentication (PSTWIN_JOB_TOKEN): N rounds per size, each
 // measuring blocking latency and pipelined throughput with a token and without, in alternating
 // order; prints the medians of each and their ratio.
 // --encrypt-ab N: the same for encryption (PSTWIN_ENCRYPT=curve, the zmq van): encrypted against
 // plain, both with a token.
+// --shared-loops-ab N: the same for the epoll van's loop pool (realnet/loop_pool.hpp) against a loop
+// thread per node. --loop-threads N: the pool's threads (default: one per usable CPU).
 // --vans LIST: instead, the vans of LIST side by side, interleaved over --rounds rounds (3); "ucx:TLS"
 // is the ucx van with UCX_TLS=TLS (ucx:tcp is UCX over TCP; plain ucx takes UCX_TLS as found, by
 // default shared memory between these co-located nodes).
@@ -482,6 +485,8 @@ int main(int argc, char** argv) {
       } else if (arg == "--auth-ab" && has_value) {
         auth_rounds = std::stoi(argv[++i]);
         if (auth_rounds < 1) throw std::invalid_argument("--auth-ab: expected a number of rounds >= 1");
+      } else if (arg == "--loop-threads" && has_value) {
+        run_options.loop_threads = std::stoi(argv[++i]);
       } else if (arg == "--shared-loops-ab" && has_value) {
         pool_rounds = std::stoi(argv[++i]);
         if (pool_rounds < 1)
@@ -527,7 +532,7 @@ int main(int argc, char** argv) {
             "unknown argument '" + arg +
             "'; usage: bench_loopback [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--credit N] [--quick] "
             "[--only latency|pipelined|tcp] [--set FIELD=VALUE]... [--auth-ab N] [--encrypt-ab N] "
-            "[--shared-loops-ab N] "
+            "[--shared-loops-ab N] [--loop-threads N] "
             "[--vans zmq,epoll,ucx,ucx:TLS [--rounds N]]");
       }
     }

@@ -31,6 +31,7 @@ struct LocalRunOptions {
   // The epoll van: the nodes' event loops run on a LoopPool of as many threads as this process may
   // use CPUs (at most one per node) instead of a thread each (realnet/loop_pool.hpp).
   bool shared_loops = true;
+  int loop_threads = 0;  // > 0: the pool's threads (still at most one per node); 0: usable CPUs
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});
