@@ -13,6 +13,42 @@
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
 
+// ---------------------------------------------------------------- SlotRanges
+
+void SlotRanges::insert(std::uint32_t slot) {
+  // The usual case: the slot right after the last range (a node table bound in the book's order).
+  if (!ranges_.empty() && ranges_.back().second == slot) {
+    ++ranges_.back().second;
+    return;
+  }
+  // The first range that starts after `slot`; the one before it may hold or end at `slot`.
+  auto next = std::upper_bound(ranges_.begin(), ranges_.end(), slot,
+                               [](std::uint32_t s, const auto& range) { return s < range.first; });
+  if (next != ranges_.begin()) {
+    auto before = std::prev(next);
+    if (slot < before->second) return;
+    if (slot == before->second) {
+      ++before->second;
+      if (next != ranges_.end() && next->first == before->second) {
+        before->second = next->second;
+        ranges_.erase(next);
+      }
+      return;
+    }
+  }
+  if (next != ranges_.end() && next->first == slot + 1) {
+    next->first = slot;
+    return;
+  }
+  ranges_.insert(next, {slot, slot + 1});
+}
+
+bool SlotRanges::contains(std::uint32_t slot) const {
+  const auto next = std::upper_bound(ranges_.begin(), ranges_.end(), slot,
+                                     [](std::uint32_t s, const auto& range) { return s < range.first; });
+  return next != ranges_.begin() && slot < std::prev(next)->second;
+}
+
 // ---------------------------------------------------------------- FlowSlots
 
 void FlowSlots::acquire(std::function<void()> go) {
@@ -436,8 +472,28 @@ void SimNode::set_self(NodeId id) {
 }
 
 void SimNode::connect(NodeId id, std::string_view address) {
-  SimNode* peer = cluster_.find(address);
-  if (peer) peers_[id] = peer;
+  auto& book = cluster_.address_book();
+  const auto* entry = book.find(id);
+  if (entry && entry->address == address) {  // the usual case: another node bound it the same way
+    own_bindings_.erase(id);
+    bound_.insert(entry->slot);
+    return;
+  }
+  // An address no node has binds nothing: the id keeps its binding, or stays unknown.
+  SimNode* node = cluster_.find(address);
+  if (!node) return;
+  if (!entry) {
+    own_bindings_.erase(id);
+    bound_.insert(book.add(id, address, *node).slot);
+    return;
+  }
+  own_bindings_[id] = node;
+}
+
+SimNode* SimNode::peer(NodeId id) const {
+  if (const auto own = own_bindings_.find(id); own != own_bindings_.end()) return own->second;
+  const auto* entry = cluster_.address_book().find(id);
+  return entry && bound_.contains(entry->slot) ? entry->node : nullptr;
 }
 
 void SimNode::send(Message message) {
@@ -448,8 +504,8 @@ void SimNode::send(Message message) {
 void SimNode::send_numbered(Message message) {
   if (crashed_) return;
   const NodeId to = message.header.recipient;
-  auto peer = peers_.find(to);
-  if (peer == peers_.end()) {
+  // A binding is never undone: a node with a stream to `to` has it bound.
+  if (!streams_.contains(to) && !peer(to)) {
     fail(label_ + " has no connection to node " + std::to_string(to) + " (no address known for it)");
     return;
   }
@@ -464,7 +520,11 @@ void SimNode::send_numbered(Message message) {
 
 Stream& SimNode::stream_to(NodeId to) {
   auto& stream = streams_[to];
-  if (!stream) stream = std::make_unique<Stream>(*this, *peers_.at(to), to);
+  if (!stream) {
+    SimNode* node = peer(to);
+    PSTWIN_ASSERT(node, label_ + " streams to node " + std::to_string(to) + ", which it never bound");
+    stream = std::make_unique<Stream>(*this, *node, to);
+  }
   return *stream;
 }
 
