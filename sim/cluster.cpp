@@ -78,7 +78,7 @@ Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
   if (from.cluster().network()) return;
   mutex_ = s4u::Mutex::create();
   ready_ = s4u::ConditionVariable::create();
-  auto actor = s4u::Actor::create(from.label() + " " + lane_name_, from.host(), [this] { run(); });
+  auto actor = create_actor(from.label() + " " + lane_name_, from.host(), [this] { run(); });
   actor->daemonize();
 }
 
@@ -317,7 +317,7 @@ SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(nod
     lane->mutex = s4u::Mutex::create();
     lane->ready = s4u::ConditionVariable::create();
     Lane* raw = lane.get();
-    s4u::Actor::create(node_.label() + " " + lane->name, node_.host(), [this, raw] {
+    create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] {
       run_lane(*raw);
     })->daemonize();
     lanes_.push_back(std::move(lane));
@@ -403,7 +403,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
 }
 
 void SimNode::spawn(Seconds start_delay) {
-  s4u::Actor::create(label_, host_, [this, start_delay] {
+  create_actor(label_, host_, [this, start_delay] {
     if (start_delay > 0) s4u::this_actor::sleep_for(start_delay);
     started_ = true;
     run();
