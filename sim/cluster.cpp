@@ -51,15 +51,6 @@ bool SlotRanges::contains(std::uint32_t slot) const {
 
 // ---------------------------------------------------------------- FlowSlots
 
-void FlowSlots::acquire(std::function<void()> go) {
-  if (!limited_ || free_ > 0) {
-    if (limited_) --free_;
-    go();
-    return;
-  }
-  waiting_.push_back(std::move(go));
-}
-
 void FlowSlots::release() {
   if (!limited_) return;
   if (waiting_.empty()) {
@@ -417,7 +408,10 @@ void SimNode::run() {
     if (!events_.empty()) {
       auto event = std::move(events_.front());
       events_.pop_front();
-      event();
+      if (auto* message = std::get_if<Message>(&event))
+        protocol_->on_message(std::move(*message));
+      else
+        std::get<std::function<void()>>(event)();
       continue;
     }
     if (timers_.empty()) {
@@ -451,7 +445,8 @@ void SimNode::deliver(Message message) {
       return;
     }
   }
-  post([this, message = std::move(message)]() mutable { protocol_->on_message(std::move(message)); });
+  events_.emplace_back(std::in_place_index<1>, std::move(message));
+  wake_->notify_one();
 }
 
 Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message) {
@@ -463,7 +458,7 @@ Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMess
 
 void SimNode::post(std::function<void()> event) {
   if (!event || crashed_) return;
-  events_.push_back(std::move(event));
+  events_.emplace_back(std::in_place_index<0>, std::move(event));
   wake_->notify_one();
 }
 
@@ -505,7 +500,8 @@ void SimNode::send_numbered(Message message) {
   if (crashed_) return;
   const NodeId to = message.header.recipient;
   // A binding is never undone: a node with a stream to `to` has it bound.
-  if (!streams_.contains(to) && !peer(to)) {
+  const auto stream = streams_.find(to);
+  if (stream == streams_.end() && !peer(to)) {
     fail(label_ + " has no connection to node " + std::to_string(to) + " (no address known for it)");
     return;
   }
@@ -515,11 +511,11 @@ void SimNode::send_numbered(Message message) {
     pump();
     return;
   }
-  stream_to(to).enqueue(std::move(message));
+  (stream != streams_.end() ? *stream->second : stream_to(to)).enqueue(std::move(message));
 }
 
 Stream& SimNode::stream_to(NodeId to) {
-  auto& stream = streams_[to];
+  auto& stream = streams_.try_emplace(to).first->second;
   if (!stream) {
     SimNode* node = peer(to);
     PSTWIN_ASSERT(node, label_ + " streams to node " + std::to_string(to) + ", which it never bound");

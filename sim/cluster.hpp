@@ -14,6 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <boost/container/flat_map.hpp>
@@ -80,7 +81,16 @@ class AddressBook {
 class FlowSlots {
  public:
   explicit FlowSlots(int limit) : free_(limit), limited_(limit > 0) {}
-  void acquire(std::function<void()> go);
+  // Runs `go` now if a slot is free (without wrapping it in a std::function), else when one is.
+  template <class Go>
+  void acquire(Go&& go) {
+    if (!limited_ || free_ > 0) {
+      if (limited_) --free_;
+      go();
+      return;
+    }
+    waiting_.emplace_back(std::forward<Go>(go));
+  }
   void release();
 
  private:
@@ -240,7 +250,9 @@ class SimNode final : public Runtime {
   bool stopped_ = false;
   bool crashed_ = false;
   bool started_ = false;
-  std::deque<std::function<void()>> events_;
+  // Run in the order posted. A delivered message waits as itself, not inside a closure: a closure
+  // holding a Message is too large for std::function's own buffer, an allocation per message.
+  std::deque<std::variant<std::function<void()>, Message>> events_;
   TimerQueue timers_;
   std::uint64_t next_sequence_ = 1;
   Seconds net_free_at_ = 0;  // charge_net: the net lane is busy until then
@@ -254,7 +266,7 @@ class SimNode final : public Runtime {
   // exists once this node sent to it.
   SlotRanges bound_;
   boost::container::flat_map<NodeId, SimNode*> own_bindings_;
-  std::map<NodeId, std::unique_ptr<Stream>> streams_;
+  std::unordered_map<NodeId, std::unique_ptr<Stream>> streams_;  // looked up, never iterated
   // sim.send_pool_slots > 0: bulk messages wait here (control ones go straight to their stream, which
   // sends them first anyway); each connection has at most one in transmission, the node `slots`.
   std::unique_ptr<fpt::SendPool> pool_;
