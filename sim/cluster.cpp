@@ -49,6 +49,22 @@ bool SlotRanges::contains(std::uint32_t slot) const {
   return next != ranges_.begin() && slot < std::prev(next)->second;
 }
 
+// ---------------------------------------------------------------- AddressBook
+
+const AddressBook::Entry& AddressBook::add(NodeId id, std::string_view address, SimNode& node) {
+  if (const auto* known = find(id)) return *known;
+  const auto slot = static_cast<std::uint32_t>(entries_.size());
+  entries_.push_back({slot, std::string(address), &node});
+  if (id >= 0 && id < kDenseIds) {
+    const auto index = static_cast<std::size_t>(id);
+    if (index >= dense_.size()) dense_.resize(index + 1, 0);
+    dense_[index] = slot + 1;
+  } else {
+    sparse_.emplace(id, slot);
+  }
+  return entries_.back();
+}
+
 // ---------------------------------------------------------------- FlowSlots
 
 void FlowSlots::release() {

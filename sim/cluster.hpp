@@ -64,16 +64,23 @@ class AddressBook {
     SimNode* node = nullptr;  // the node at `address`: the run's nodes exist before any binding
   };
   const Entry* find(NodeId id) const {
-    const auto it = entries_.find(id);
-    return it == entries_.end() ? nullptr : &it->second;
+    if (id >= 0 && id < kDenseIds) {
+      const auto index = static_cast<std::size_t>(id);
+      return index < dense_.size() && dense_[index] > 0 ? &entries_[dense_[index] - 1] : nullptr;
+    }
+    const auto it = sparse_.find(id);
+    return it == sparse_.end() ? nullptr : &entries_[it->second];
   }
-  const Entry& add(NodeId id, std::string_view address, SimNode& node) {
-    const auto slot = static_cast<std::uint32_t>(entries_.size());
-    return entries_.try_emplace(id, Entry{slot, std::string(address), &node}).first->second;
-  }
+  const Entry& add(NodeId id, std::string_view address, SimNode& node);
 
  private:
-  std::unordered_map<NodeId, Entry> entries_;  // looked up by id, never iterated: no hash order leaks
+  // Every node looks up every id of the node table: ids below this (the scheduler, servers and
+  // workers) index a vector; the others (validators, the scheduler's registrant ids) a hash map,
+  // looked up and never iterated, so no hash order leaks.
+  static constexpr NodeId kDenseIds = NodeId{1} << 20;
+  std::vector<std::uint32_t> dense_;  // by id: slot + 1, 0 if unbound
+  std::unordered_map<NodeId, std::uint32_t> sparse_;
+  std::deque<Entry> entries_;  // by slot; a deque keeps them in place as the book grows
 };
 
 // A node's limit on bulk flows in transmission (sim.node_flow_limit; 0: none), for senders that
