@@ -1,6 +1,7 @@
 // Sim-scale bench: runs one scenario (default scenarios/scale_1024w_16s.toml: phantom payloads,
 // 1024 workers, 16 servers, 100 MB model, 10 iterations) and prints wall seconds, simulated
 // messages per wall second and peak memory. Usage: bench_sim_scale [SCENARIO] [--set FIELD=VALUE]...
+// [--progress] (a line on stderr every 10 wall seconds: simulated time, iterations, peak RSS so far).
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 int main(int argc, char** argv) {
   std::string path = "scenarios/scale_1024w_16s.toml";
   std::vector<std::pair<std::string, std::string>> overrides;
+  pstwin::sim::SimOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--set" && i + 1 < argc) {
@@ -24,13 +26,20 @@ int main(int argc, char** argv) {
         return 2;
       }
       overrides.emplace_back(set.substr(0, eq), set.substr(eq + 1));
+    } else if (arg == "--progress") {
+      options.progress_interval_wall_s = 10;
+      options.progress = [](const std::string& line) {
+        rusage usage{};
+        getrusage(RUSAGE_SELF, &usage);
+        std::cerr << line << ", peak RSS " << usage.ru_maxrss / 1024 << " MiB" << std::endl;
+      };
     } else {
       path = arg;
     }
   }
   try {
     const auto scenario = pstwin::load_scenario(path, overrides);
-    const auto report = pstwin::sim::run_simulation(scenario);
+    const auto report = pstwin::sim::run_simulation(scenario, options);
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     std::printf("scenario            %s\n", scenario.name.c_str());

@@ -13,16 +13,59 @@
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
 
-// ---------------------------------------------------------------- FlowSlots
+// ---------------------------------------------------------------- SlotRanges
 
-void FlowSlots::acquire(std::function<void()> go) {
-  if (!limited_ || free_ > 0) {
-    if (limited_) --free_;
-    go();
+void SlotRanges::insert(std::uint32_t slot) {
+  // The usual case: the slot right after the last range (a node table bound in the book's order).
+  if (!ranges_.empty() && ranges_.back().second == slot) {
+    ++ranges_.back().second;
     return;
   }
-  waiting_.push_back(std::move(go));
+  // The first range that starts after `slot`; the one before it may hold or end at `slot`.
+  auto next = std::upper_bound(ranges_.begin(), ranges_.end(), slot,
+                               [](std::uint32_t s, const auto& range) { return s < range.first; });
+  if (next != ranges_.begin()) {
+    auto before = std::prev(next);
+    if (slot < before->second) return;
+    if (slot == before->second) {
+      ++before->second;
+      if (next != ranges_.end() && next->first == before->second) {
+        before->second = next->second;
+        ranges_.erase(next);
+      }
+      return;
+    }
+  }
+  if (next != ranges_.end() && next->first == slot + 1) {
+    next->first = slot;
+    return;
+  }
+  ranges_.insert(next, {slot, slot + 1});
 }
+
+bool SlotRanges::contains(std::uint32_t slot) const {
+  const auto next = std::upper_bound(ranges_.begin(), ranges_.end(), slot,
+                                     [](std::uint32_t s, const auto& range) { return s < range.first; });
+  return next != ranges_.begin() && slot < std::prev(next)->second;
+}
+
+// ---------------------------------------------------------------- AddressBook
+
+const AddressBook::Entry& AddressBook::add(NodeId id, std::string_view address, SimNode& node) {
+  if (const auto* known = find(id)) return *known;
+  const auto slot = static_cast<std::uint32_t>(entries_.size());
+  entries_.push_back({slot, std::string(address), &node});
+  if (id >= 0 && id < kDenseIds) {
+    const auto index = static_cast<std::size_t>(id);
+    if (index >= dense_.size()) dense_.resize(index + 1, 0);
+    dense_[index] = slot + 1;
+  } else {
+    sparse_.emplace(id, slot);
+  }
+  return entries_.back();
+}
+
+// ---------------------------------------------------------------- FlowSlots
 
 void FlowSlots::release() {
   if (!limited_) return;
@@ -42,7 +85,7 @@ Stream::Stream(SimNode& from, SimNode& to, NodeId to_id)
   if (from.cluster().network()) return;
   mutex_ = s4u::Mutex::create();
   ready_ = s4u::ConditionVariable::create();
-  auto actor = s4u::Actor::create(from.label() + " " + lane_name_, from.host(), [this] { run(); });
+  auto actor = create_actor(from.label() + " " + lane_name_, from.host(), [this] { run(); });
   actor->daemonize();
 }
 
@@ -281,7 +324,7 @@ SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(nod
     lane->mutex = s4u::Mutex::create();
     lane->ready = s4u::ConditionVariable::create();
     Lane* raw = lane.get();
-    s4u::Actor::create(node_.label() + " " + lane->name, node_.host(), [this, raw] {
+    create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] {
       run_lane(*raw);
     })->daemonize();
     lanes_.push_back(std::move(lane));
@@ -367,7 +410,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
 }
 
 void SimNode::spawn(Seconds start_delay) {
-  s4u::Actor::create(label_, host_, [this, start_delay] {
+  create_actor(label_, host_, [this, start_delay] {
     if (start_delay > 0) s4u::this_actor::sleep_for(start_delay);
     started_ = true;
     run();
@@ -381,7 +424,10 @@ void SimNode::run() {
     if (!events_.empty()) {
       auto event = std::move(events_.front());
       events_.pop_front();
-      event();
+      if (auto* message = std::get_if<Message>(&event))
+        protocol_->on_message(std::move(*message));
+      else
+        std::get<std::function<void()>>(event)();
       continue;
     }
     if (timers_.empty()) {
@@ -415,7 +461,8 @@ void SimNode::deliver(Message message) {
       return;
     }
   }
-  post([this, message = std::move(message)]() mutable { protocol_->on_message(std::move(message)); });
+  events_.emplace_back(std::in_place_index<1>, std::move(message));
+  wake_->notify_one();
 }
 
 Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message) {
@@ -427,7 +474,7 @@ Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMess
 
 void SimNode::post(std::function<void()> event) {
   if (!event || crashed_) return;
-  events_.push_back(std::move(event));
+  events_.emplace_back(std::in_place_index<0>, std::move(event));
   wake_->notify_one();
 }
 
@@ -436,8 +483,28 @@ void SimNode::set_self(NodeId id) {
 }
 
 void SimNode::connect(NodeId id, std::string_view address) {
-  SimNode* peer = cluster_.find(address);
-  if (peer) peers_[id] = peer;
+  auto& book = cluster_.address_book();
+  const auto* entry = book.find(id);
+  if (entry && entry->address == address) {  // the usual case: another node bound it the same way
+    own_bindings_.erase(id);
+    bound_.insert(entry->slot);
+    return;
+  }
+  // An address no node has binds nothing: the id keeps its binding, or stays unknown.
+  SimNode* node = cluster_.find(address);
+  if (!node) return;
+  if (!entry) {
+    own_bindings_.erase(id);
+    bound_.insert(book.add(id, address, *node).slot);
+    return;
+  }
+  own_bindings_[id] = node;
+}
+
+SimNode* SimNode::peer(NodeId id) const {
+  if (const auto own = own_bindings_.find(id); own != own_bindings_.end()) return own->second;
+  const auto* entry = cluster_.address_book().find(id);
+  return entry && bound_.contains(entry->slot) ? entry->node : nullptr;
 }
 
 void SimNode::send(Message message) {
@@ -448,8 +515,9 @@ void SimNode::send(Message message) {
 void SimNode::send_numbered(Message message) {
   if (crashed_) return;
   const NodeId to = message.header.recipient;
-  auto peer = peers_.find(to);
-  if (peer == peers_.end()) {
+  // A binding is never undone: a node with a stream to `to` has it bound.
+  const auto stream = streams_.find(to);
+  if (stream == streams_.end() && !peer(to)) {
     fail(label_ + " has no connection to node " + std::to_string(to) + " (no address known for it)");
     return;
   }
@@ -459,12 +527,16 @@ void SimNode::send_numbered(Message message) {
     pump();
     return;
   }
-  stream_to(to).enqueue(std::move(message));
+  (stream != streams_.end() ? *stream->second : stream_to(to)).enqueue(std::move(message));
 }
 
 Stream& SimNode::stream_to(NodeId to) {
-  auto& stream = streams_[to];
-  if (!stream) stream = std::make_unique<Stream>(*this, *peers_.at(to), to);
+  auto& stream = streams_.try_emplace(to).first->second;
+  if (!stream) {
+    SimNode* node = peer(to);
+    PSTWIN_ASSERT(node, label_ + " streams to node " + std::to_string(to) + ", which it never bound");
+    stream = std::make_unique<Stream>(*this, *node, to);
+  }
   return *stream;
 }
 

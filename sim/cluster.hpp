@@ -12,6 +12,9 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <boost/container/flat_map.hpp>
@@ -35,12 +38,66 @@ namespace pstwin::sim {
 class Cluster;
 class SimNode;
 
+// A set of small integers kept as sorted, disjoint half-open ranges: the ids a node bound, by their
+// slots in the cluster's address book. A node table binds its ids in the order the book first saw
+// them, so a node holds one or two ranges however many peers it could reach.
+class SlotRanges {
+ public:
+  void insert(std::uint32_t slot);
+  bool contains(std::uint32_t slot) const;
+  std::size_t ranges() const { return ranges_.size(); }
+
+ private:
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges_;  // [first, end)
+};
+
+// Which node answers at a node id, for all nodes of one simulated cluster. The protocol binds every
+// id of the node table on every node (ps-lite's Van::Connect): kept per node, that was nodes squared
+// pairs. The book keeps each id once, at the address its first binding named; a node keeps only
+// which ids it bound (SlotRanges) and the rare binding that names another address, and resolves an id
+// to its peer on its first send to it.
+class AddressBook {
+ public:
+  struct Entry {
+    std::uint32_t slot = 0;  // dense, in the order ids were first bound
+    std::string address;
+    SimNode* node = nullptr;  // the node at `address`: the run's nodes exist before any binding
+  };
+  const Entry* find(NodeId id) const {
+    if (id >= 0 && id < kDenseIds) {
+      const auto index = static_cast<std::size_t>(id);
+      return index < dense_.size() && dense_[index] > 0 ? &entries_[dense_[index] - 1] : nullptr;
+    }
+    const auto it = sparse_.find(id);
+    return it == sparse_.end() ? nullptr : &entries_[it->second];
+  }
+  const Entry& add(NodeId id, std::string_view address, SimNode& node);
+
+ private:
+  // Every node looks up every id of the node table: ids below this (the scheduler, servers and
+  // workers) index a vector; the others (validators, the scheduler's registrant ids) a hash map,
+  // looked up and never iterated, so no hash order leaks.
+  static constexpr NodeId kDenseIds = NodeId{1} << 20;
+  std::vector<std::uint32_t> dense_;  // by id: slot + 1, 0 if unbound
+  std::unordered_map<NodeId, std::uint32_t> sparse_;
+  std::deque<Entry> entries_;  // by slot; a deque keeps them in place as the book grows
+};
+
 // A node's limit on bulk flows in transmission (sim.node_flow_limit; 0: none), for senders that
 // have no actor: a stream waiting for a slot is called back, first come first served.
 class FlowSlots {
  public:
   explicit FlowSlots(int limit) : free_(limit), limited_(limit > 0) {}
-  void acquire(std::function<void()> go);
+  // Runs `go` now if a slot is free (without wrapping it in a std::function), else when one is.
+  template <class Go>
+  void acquire(Go&& go) {
+    if (!limited_ || free_ > 0) {
+      if (limited_) --free_;
+      go();
+      return;
+    }
+    waiting_.emplace_back(std::forward<Go>(go));
+  }
   void release();
 
  private:
@@ -152,6 +209,7 @@ class SimNode final : public Runtime {
   std::string local_address() const override { return address_; }
   std::string host_name() const override { return host_name_; }
   int host_slot() const { return host_slot_; }
+  // Binds `id` in the cluster's address book; no peer state until the first send to it.
   void connect(NodeId id, std::string_view address) override;
   void send(Message message) override;
   std::uint64_t next_sequence() override { return next_sequence_++; }
@@ -183,6 +241,7 @@ class SimNode final : public Runtime {
 
  private:
   void run();
+  SimNode* peer(NodeId id) const;  // the node this one bound `id` to, null if none
   Stream& stream_to(NodeId to);
   void pump();  // send pool: bulk messages to idle connections while slots are free
 
@@ -198,7 +257,9 @@ class SimNode final : public Runtime {
   bool stopped_ = false;
   bool crashed_ = false;
   bool started_ = false;
-  std::deque<std::function<void()>> events_;
+  // Run in the order posted. A delivered message waits as itself, not inside a closure: a closure
+  // holding a Message is too large for std::function's own buffer, an allocation per message.
+  std::deque<std::variant<std::function<void()>, Message>> events_;
   TimerQueue timers_;
   std::uint64_t next_sequence_ = 1;
   Seconds net_free_at_ = 0;  // charge_net: the net lane is busy until then
@@ -207,10 +268,12 @@ class SimNode final : public Runtime {
   simgrid::s4u::ConditionVariablePtr stopped_changed_;
   simgrid::s4u::SemaphorePtr flow_slots_;
   FlowSlots flow_queue_;
-  // Every node connects to every other (the node table): sorted pairs, not tree nodes, as the
-  // simulation holds nodes squared of them (8,000 nodes: 64 million).
-  boost::container::flat_map<NodeId, SimNode*> peers_;
-  std::map<NodeId, std::unique_ptr<Stream>> streams_;
+  // Every node binds every id of the node table: which ones, as ranges of address-book slots, and
+  // those it bound to an address other than the book's (none in pstwin's protocol). A peer's stream
+  // exists once this node sent to it.
+  SlotRanges bound_;
+  boost::container::flat_map<NodeId, SimNode*> own_bindings_;
+  std::unordered_map<NodeId, std::unique_ptr<Stream>> streams_;  // looked up, never iterated
   // sim.send_pool_slots > 0: bulk messages wait here (control ones go straight to their stream, which
   // sends them first anyway); each connection has at most one in transmission, the node `slots`.
   std::unique_ptr<fpt::SendPool> pool_;
@@ -228,6 +291,7 @@ class Cluster {
 
   SimNode& add_node(std::string label, std::string address, const std::string& host);
   SimNode* find(std::string_view address);
+  AddressBook& address_book() { return address_book_; }
   const Scenario& scenario() const { return scenario_; }
   std::uint64_t seed() const { return scenario_.seed; }
   HostStaging& staging(const std::string& host) { return staging_[host]; }
@@ -275,6 +339,7 @@ class Cluster {
   std::unique_ptr<MessageNetwork> network_;
   std::vector<std::unique_ptr<SimNode>> nodes_;
   std::map<std::string, SimNode*, std::less<>> by_address_;
+  AddressBook address_book_;
   std::map<std::string, HostStaging> staging_;
   // Links by index into platform_.links and timeline_; what a message between two hosts crosses.
   struct HostLinks {

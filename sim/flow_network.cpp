@@ -451,12 +451,23 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
 void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> /*sent*/,
                         std::function<void()> done, double max_rate) {
   const Route& path = route(from, to);
+  std::uint32_t slot = 0;
+  if (free_starting_.empty()) {
+    slot = static_cast<std::uint32_t>(starting_.size());
+    starting_.emplace_back();
+  } else {
+    slot = free_starting_.back();
+    free_starting_.pop_back();
+  }
+  starting_[slot] = {bytes, &path, std::move(done), max_rate};
   // The flow joins the sharing once its route's latency is paid.
-  after(path.latency * latency_factor_, [this, bytes, &path, done = std::move(done), max_rate]() mutable {
-    const auto id = solver_.add_flow(s4u::Engine::get_clock(), bytes, path.penalty,
-                                     std::min(path.bound, max_rate), path.uses);
+  after(path.latency * latency_factor_, [this, slot] {
+    Starting flow = std::move(starting_[slot]);
+    free_starting_.push_back(slot);
+    const auto id = solver_.add_flow(s4u::Engine::get_clock(), flow.bytes, flow.path->penalty,
+                                     std::min(flow.path->bound, flow.max_rate), flow.path->uses);
     if (id >= waiting_.size()) waiting_.resize(id + 1);
-    waiting_[id] = std::move(done);
+    waiting_[id] = std::move(flow.done);
   });
 }
 

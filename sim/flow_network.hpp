@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -144,9 +145,27 @@ class FlowNetwork final : public DaemonNetwork {
   double tcp_gamma_;
   MaxMinFlows solver_;
   std::map<std::string, int, std::less<>> link_ids_;
-  // Looked up once per flow, never iterated: the key's order decides nothing.
-  std::map<std::pair<const simgrid::s4u::Host*, const simgrid::s4u::Host*>, Route> routes_;
+  // By (from, to): looked up once per flow, never iterated, so hashed (the key's order decides
+  // nothing). Elements stay where they are: a starting flow holds its route by reference.
+  struct HostPairHash {
+    std::size_t operator()(const std::pair<const simgrid::s4u::Host*, const simgrid::s4u::Host*>& key) const {
+      const std::hash<const void*> hash;
+      return hash(key.first) * 31 + hash(key.second);
+    }
+  };
+  std::unordered_map<std::pair<const simgrid::s4u::Host*, const simgrid::s4u::Host*>, Route, HostPairHash>
+      routes_;
   std::vector<std::function<void()>> waiting_;  // by flow id: its completion
+  // Flows paying their route's latency, in slots reused as they join the sharing: the timer's closure
+  // holds only a slot, small enough for std::function's own buffer (no allocation per flow).
+  struct Starting {
+    double bytes = 0;
+    const Route* path = nullptr;
+    std::function<void()> done;
+    double max_rate = kUnbounded;
+  };
+  std::vector<Starting> starting_;
+  std::vector<std::uint32_t> free_starting_;
 };
 
 }  // namespace pstwin::sim

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/platform.hpp"
+
 namespace pstwin::sim {
 namespace s4u = simgrid::s4u;
 
@@ -13,7 +15,7 @@ constexpr double kTimeEpsilon = 1e-9;  // events this close to the clock are due
 DaemonNetwork::DaemonNetwork() : mutex_(s4u::Mutex::create()), wake_(s4u::ConditionVariable::create()) {}
 
 void DaemonNetwork::start_daemon(const std::string& name, s4u::Host* home) {
-  s4u::Actor::create(name, home, [this] { run(); })->daemonize();
+  create_actor(name, home, [this] { run(); })->daemonize();
 }
 
 void DaemonNetwork::after(double delay, std::function<void()> fire) {

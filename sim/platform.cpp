@@ -1,5 +1,7 @@
 #include "sim/platform.hpp"
 
+#include <malloc.h>
+
 #include <simgrid/s4u.hpp>
 #include <sstream>
 #include <utility>
@@ -21,6 +23,11 @@ std::pair<double, double> model_factors(const std::string& model) {
 }
 // network/crosstraffic (on by default) charges this share of every flow to the reverse links (ACKs).
 constexpr double kCrossTraffic = 0.05;
+
+// glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), and the trim
+// threshold it sets with it (twice that).
+constexpr int kLargeBlockBytes = 32 * 1024 * 1024;
+constexpr int kTrimBytes = 2 * kLargeBlockBytes;
 
 std::string number(double value) {
   std::ostringstream out;
@@ -118,6 +125,15 @@ Platform build_platform(const Scenario& sc) {
   }
   core->seal();
   return platform;
+}
+
+s4u::ActorPtr create_actor(const std::string& name, s4u::Host* host, const std::function<void()>& code) {
+  const int stack_bytes = simgrid::config::get_value<int>("contexts/stack-size") * 1024;
+  mallopt(M_MMAP_THRESHOLD, stack_bytes);
+  auto actor = s4u::Actor::create(name, host, code);
+  mallopt(M_MMAP_THRESHOLD, kLargeBlockBytes);
+  mallopt(M_TRIM_THRESHOLD, kTrimBytes);
+  return actor;
 }
 
 }  // namespace pstwin::sim

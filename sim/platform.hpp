@@ -2,9 +2,12 @@
 // two-tier (hosts to a rack switch, racks to a core switch). NICs and rack uplinks are split-duplex.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <simgrid/forward.h>
 
 #include "scenario/scenario.hpp"
 
@@ -45,6 +48,17 @@ class EngineArguments {
   std::vector<char*> pointers_;  // into arguments_, then nullptr
   int argc_ = 0;
 };
+
+// s4u::Actor::create, with the actor's stack out of the heap. SimGrid callocs each stack (without
+// guard pages). A block at or above glibc's mmap threshold is fresh mapped memory, resident only as
+// deep as the actor's stack grows; below it, heap memory that calloc zeroes, all of it resident.
+// glibc raises that threshold to the size of the largest mapped block freed so far, so once setup
+// freed one above the stack size every later stack came from the heap (4,096 workers x 64 servers:
+// 2.3 GiB resident for stacks of 256 KiB). Here the threshold is the stack size while SimGrid
+// allocates the stack, then glibc's highest (32 MiB, the heap trimmed above 64 MiB), so large
+// payload buffers are reused as after glibc's own raise instead of being mapped each time.
+simgrid::s4u::ActorPtr create_actor(const std::string& name, simgrid::s4u::Host* host,
+                                    const std::function<void()>& code);
 
 // Sets the network-model configuration; call before build_platform, on a fresh engine.
 void configure_network_model(const Scenario& scenario);

@@ -65,7 +65,7 @@ class CrashSchedule final : public RunObserver {
         continue;
       }
       const Seconds at = crash.at_s.value_or(0);
-      s4u::Actor::create("crash " + crash.node, host, [node, at] {
+      create_actor("crash " + crash.node, host, [node, at] {
         s4u::this_actor::sleep_until(at);
         node->crash();
       })->daemonize();
@@ -184,7 +184,7 @@ RunReport run_simulation(const Scenario& sc, const SimOptions& options) {
   }
   crashes.start(sc.faults.crashes, cluster.host(scheduler_host));
   const Seconds stall_window = std::max(30.0, 3 * sc.ps.heartbeat_timeout_s);
-  s4u::Actor::create("stall-watch", cluster.host(scheduler_host), [&] {
+  create_actor("stall-watch", cluster.host(scheduler_host), [&] {
     watch_for_stalls(cluster, stall_window);
   })->daemonize();
 
@@ -293,8 +293,8 @@ constexpr const char* kProbeRefusal = "probe refused: ";
                     true);
     zone->seal();
     static int token = 0;
-    s4u::Actor::create("send", from, [] { s4u::Mailbox::by_name("probe")->put(&token, 1000); });
-    s4u::Actor::create("receive", to, [] { (void)s4u::Mailbox::by_name("probe")->get<int>(); });
+    create_actor("send", from, [] { s4u::Mailbox::by_name("probe")->put(&token, 1000); });
+    create_actor("receive", to, [] { (void)s4u::Mailbox::by_name("probe")->get<int>(); });
     engine.run();
   } catch (const std::exception& e) {
     const std::string why = e.what();  // SimGrid lists every setting after the first line

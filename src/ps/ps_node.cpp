@@ -210,8 +210,9 @@ void PsNode::on_node_table(const Message& message) {
   if (connect_timer_) rt_.cancel_timer(*connect_timer_);
   connect_timer_.reset();
   // Not kept: the runtime keeps the addresses, and a simulation of N nodes would hold N tables of N.
+  const std::string own_address = rt_.local_address();
   for (const auto& info : *table) {
-    if (info.address == rt_.local_address()) rt_.set_self(info.id);
+    if (info.address == own_address) rt_.set_self(info.id);
     rt_.connect(info.id, info.address);
   }
   if (rt_.self() == kNoNode) {

@@ -74,15 +74,18 @@ void BreakdownRecorder::span(const SpanView& span) {
   }
   if (!span.message) return;
   const auto& m = *span.message;
-  auto& it = iterations_[{worker, m.iteration}];
+  // Most of a worker's spans (its sends, most receives) count in no class: only these find their
+  // iteration, a tree lookup.
   if (span.category == "copy") {
+    auto& it = iterations_[{worker, m.iteration}];
     it.copy.emplace_back(span.start_s, span.end_s);
     it.staged[m.key] = span.end_s;
   } else if (span.category == "push" && span.name == "push") {
+    auto& it = iterations_[{worker, m.iteration}];
     it.in_flight.emplace_back(span.start_s, span.end_s);
     it.dispatched[m.key] = span.start_s;
   } else if (span.category == "receive" && span.name == "pull response") {
-    it.pull.emplace_back(span.start_s, span.end_s);
+    iterations_[{worker, m.iteration}].pull.emplace_back(span.start_s, span.end_s);
   }
 }
 

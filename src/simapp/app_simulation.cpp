@@ -232,7 +232,7 @@ AppRun run_app_simulation(const Scenario& sc, const AppOptions& options,
     std::vector<std::string> args{std::filesystem::path(options.module).filename().string()};
     if (options.role_argument) args.emplace_back(role_name(process.role));
     args.insert(args.end(), options.args.begin(), options.args.end());
-    s4u::Actor::create(process.label + " main", process.node->host(), [&process, i, args] {
+    sim::create_actor(process.label + " main", process.node->host(), [&process, i, args] {
       adopt_current_actor(static_cast<int>(i));
       std::vector<std::string> storage = args;
       std::vector<char*> argv_of_main;

@@ -19,6 +19,8 @@
 
 #include <simgrid/s4u.hpp>
 
+#include "sim/platform.hpp"
+
 namespace s4u = simgrid::s4u;
 
 namespace pstwin::simapp {
@@ -233,7 +235,7 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attributes, void* (*
   const std::string name = state.process_labels.at(static_cast<std::size_t>(process)) + " thread " +
                            std::to_string(state.next_thread);
   state.joinable[id] =
-      s4u::Actor::create(name, s4u::this_actor::get_host(), [id, process, name, routine, argument] {
+      pstwin::sim::create_actor(name, s4u::this_actor::get_host(), [id, process, name, routine, argument] {
         auto& threads = simulated().threads;
         threads[s4u::this_actor::get_pid()] = {id, process, name};
         routine(argument);
