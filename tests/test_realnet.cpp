@@ -3,8 +3,11 @@
 // malformed frames.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/codec.hpp"
@@ -68,7 +71,12 @@ TEST(RealNet, MalformedFramesAreRejectedAndTheRunGoesOn) {
     std::lock_guard lock(mutex);
     logs.emplace_back(line);
   };
-  options.on_started = [](const std::vector<std::pair<std::string, std::string>>& nodes) {
+  auto rejections = [&] {
+    std::lock_guard lock(mutex);
+    return std::ranges::count_if(
+        logs, [](const std::string& line) { return line.find("rejected a frame") != std::string::npos; });
+  };
+  options.on_started = [&](const std::vector<std::pair<std::string, std::string>>& nodes) {
     ASSERT_GE(nodes.size(), 2u);
     Message message;
     message.header.command = Command::kPush;
@@ -87,8 +95,15 @@ TEST(RealNet, MalformedFramesAreRejectedAndTheRunGoesOn) {
       realnet::send_raw(address, {good_header, corrupt_body});    // payload_crc: corrupted
       realnet::send_raw(address, {bad_magic, body});              // magic
     }
+    // While the job runs: a job that ended first would leave the frames unread, not rejected.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (rejections() < 8 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   };
-  const auto report = realnet::run_local(quickstart(), options);
+  // Long enough that the frames are read before the job ends, on an idle machine too.
+  const auto report = realnet::run_local(
+      load_scenario(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml", {{"workload.iterations", "60"}}),
+      options);
   EXPECT_TRUE(report.completed) << violations_text(report);
   EXPECT_EQ(report.violation_count, 0u) << violations_text(report);
 
