@@ -35,9 +35,10 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   LocalHost host({sc.output, options.log, nullptr, [&sc](NodeId id) { return node_host(sc, id); }});
 
   std::optional<LoopPool> pool;  // outlives the nodes
-  if (options.shared_loops && options.van == Van::kEpoll)
-    pool.emplace(std::min(options.loop_threads > 0 ? options.loop_threads : usable_cpus(),
-                          1 + sc.roles.servers + sc.roles.workers + sc.roles.validators));
+  if (options.shared_loops && options.van == Van::kEpoll) {
+    const int nodes = 1 + sc.roles.servers + sc.roles.workers + sc.roles.validators;
+    pool.emplace(options.loop_threads > 0 ? std::min(options.loop_threads, nodes) : nodes);
+  }
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
   const std::string job_token = options.job_token.value_or(JobKey::random_token());
   const std::uint64_t max_payload_bytes = max_frame_payload(sc, roles.workload());

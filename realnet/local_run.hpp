@@ -28,10 +28,10 @@ struct LocalRunOptions {
   // random one, as `pstwin run` does; "" runs without one.
   std::optional<std::string> job_token;
   bool encrypt = false;  // PSTWIN_ENCRYPT=curve on every node (the zmq van; needs a job token)
-  // The epoll van: the nodes' event loops run on a LoopPool of as many threads as this process may
-  // use CPUs (at most one per node) instead of a thread each (realnet/loop_pool.hpp).
+  // The epoll van: the nodes' event loops run on a LoopPool (realnet/loop_pool.hpp), any of its threads
+  // running any node, instead of each on a thread of its own.
   bool shared_loops = true;
-  int loop_threads = 0;  // > 0: the pool's threads (still at most one per node); 0: usable CPUs
+  int loop_threads = 0;  // > 0: the pool's threads (at most one per node); 0: one per node
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});

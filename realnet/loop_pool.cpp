@@ -1,6 +1,5 @@
 #include "realnet/loop_pool.hpp"
 
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -15,13 +14,6 @@
 #include "realnet/loop_runtime.hpp"
 
 namespace pstwin::realnet {
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
 
 LoopPool::LoopPool(int threads)
     : epoll_(epoll_create1(EPOLL_CLOEXEC)), stop_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {

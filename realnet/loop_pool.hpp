@@ -1,10 +1,11 @@
-// The event loops of a process's nodes, run by a few shared threads instead of one thread each. A
-// node's loop is a sequence of turns (I/O, posted events, timers, sends); any pool thread may run a
+// The event loops of a process's nodes, run by shared threads instead of one thread each. A node's
+// loop is a sequence of turns (I/O, posted events, timers, sends); any pool thread may run a
 // node's next turn, never two at once. When a worker's turn sends to a server of the same process,
 // the thread that sent finds the server's socket ready and runs the server's turn itself: the
 // message crosses no thread, so no wake-up sits on the round trip. Each wake-up is 25-35 us on a
 // paravirtualised VM whose idle vCPUs halt, against about 1.4 us of pstwin work per message. While
-// several nodes have work the pool's threads run them in parallel, as one thread per node would.
+// several nodes have work the pool's threads run them in parallel, as one thread per node would:
+// run_local gives the pool a thread per node (fewer threads serialised 16 MB messages' long turns).
 //
 // How: every member offers one pollable descriptor (LoopRuntime::pool_fd(): readable when its
 // transport has I/O, a post or a timer due), registered here with EPOLLONESHOT, so an epoll_wait
@@ -19,9 +20,6 @@
 namespace pstwin::realnet {
 
 class LoopRuntime;
-
-// The CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), at least 1.
-int usable_cpus();
 
 class LoopPool {
  public:
