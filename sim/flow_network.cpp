@@ -449,15 +449,17 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
 }
 
 void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> /*sent*/,
-                        std::function<void()> done, double max_rate) {
+                        std::function<void()> done, double max_rate, double latency_paid) {
   const Route& path = route(from, to);
-  // The flow joins the sharing once its route's latency is paid.
-  after(path.latency * latency_factor_, [this, bytes, &path, done = std::move(done), max_rate]() mutable {
-    const auto id = solver_.add_flow(s4u::Engine::get_clock(), bytes, path.penalty,
-                                     std::min(path.bound, max_rate), path.uses);
-    if (id >= waiting_.size()) waiting_.resize(id + 1);
-    waiting_[id] = std::move(done);
-  });
+  // The flow joins the sharing once its route's latency is paid, less what the caller pays itself (a
+  // pipelined stream: the bytes pass first, the delivery follows a latency later).
+  after(std::max(0.0, path.latency * latency_factor_ - latency_paid),
+        [this, bytes, &path, done = std::move(done), max_rate]() mutable {
+          const auto id = solver_.add_flow(s4u::Engine::get_clock(), bytes, path.penalty,
+                                           std::min(path.bound, max_rate), path.uses);
+          if (id >= waiting_.size()) waiting_.resize(id + 1);
+          waiting_[id] = std::move(done);
+        });
 }
 
 void FlowNetwork::run_model_until(double now) {

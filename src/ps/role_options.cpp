@@ -51,11 +51,14 @@ HostReduceOptions host_reduce_options(const Scenario& scenario) {
 }
 
 ServerOptions server_options(const Scenario& scenario) {
-  return ServerOptions{.aggregator = aggregator_options(scenario),
-                       .load_balanced = scenario.lb.balancing == Balancing::kLb,
-                       .servers = scenario.roles.servers,
-                       .worker_aggregators = scenario.lb.worker_aggregators ? scenario.roles.workers : 0,
-                       .intake = range_intake_options(scenario)};
+  return ServerOptions{
+      .aggregator = aggregator_options(scenario),
+      .load_balanced = scenario.lb.balancing == Balancing::kLb,
+      .servers = scenario.roles.servers,
+      .worker_aggregators = scenario.lb.worker_aggregators ? scenario.roles.workers : 0,
+      .workers = scenario.roles.workers,
+      .equal_shares = scenario.lb.balancing == Balancing::kLb && scenario.lb.server_equal_shares,
+      .intake = range_intake_options(scenario)};
 }
 
 namespace {
