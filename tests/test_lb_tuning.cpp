@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "ps/role_options.hpp"
 #include "scenario/lb_tuning.hpp"
 #include "scenario/scenario.hpp"
 #include "sim_support.hpp"
@@ -312,6 +313,10 @@ TEST(LbTuning, AServerHoldsEveryWorkerToAnEqualShare) {
   // slowest push, so the fast ones idle on their credit while the link is not full. Held to an equal
   // share each (lb.server_equal_shares, the default), the job runs within 3 % of its bound; without,
   // more than 15 % above it.
+  EXPECT_TRUE(server_options(parse(kMixedWorkers)).equal_shares);
+  EXPECT_FALSE(server_options(parse(kMixedWorkers, {{"lb.server_equal_shares", "false"}})).equal_shares);
+  // Equal workers: the link's shares come out equal anyway; held, they could not catch up after a stall.
+  EXPECT_FALSE(server_options(parse(kHetero)).equal_shares);
   const auto held = simulate("lb-tuning-equal-shares", kMixedWorkers);
   const auto free = simulate("lb-tuning-free-shares", kMixedWorkers, "--set lb.server_equal_shares=false");
   EXPECT_LE(over_bound(held), 1.03);

@@ -1034,11 +1034,11 @@ std::vector<Field> make_registry() {
                          "this fraction faster (0.02: 2 %), so measurement noise does not churn versions."));
   f.push_back(make_field(
       "lb.server_equal_shares", PSTWIN_MEMBER(lb.server_equal_shares), BoolCodec{},
-      "`lb`: each server holds every worker's connection, both ways, to an equal share of its NIC (the "
-      "send pool's pacing and the receive side's shaping: the epoll van with PSTWIN_NIC_RATE, the "
-      "simulator with its send pool and sim.network_model = \"flow\"). Every worker brings a server the "
-      "same bytes and each key waits for all of them, so a worker ahead of its share gains nothing and "
-      "takes the link from one the link's sharing gives less (docs/FPT.md)."));
+      "`lb`: where the workers' NICs differ, each server holds every worker's connection, both ways, to "
+      "an equal share of its NIC (the send pool's pacing and the receive side's shaping: the epoll van "
+      "with PSTWIN_NIC_RATE, the simulator with its send pool and sim.network_model = \"flow\"). Every "
+      "worker brings a server the same bytes and each key waits for all of them, so a worker ahead of "
+      "its share gains nothing and takes the link from one the link's sharing gives less (docs/FPT.md)."));
   f.push_back(make_field("lb.missing_measurements", PSTWIN_MEMBER(lb.missing_measurements), CountListCodec{0},
                          "Fault injection, `lb`: in these iterations servers report no measurement (a "
                          "failed monitor); the scheduler must fall back to the probe state."));

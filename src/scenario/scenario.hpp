@@ -276,8 +276,9 @@ struct LbConfig {
   Balancing balancing = Balancing::kHash;  // ps.balancing; hash: ps.key_hash decides, as in BytePS
   std::vector<std::uint64_t> probe_at;     // iterations run in the probe state on request (0 always is)
   double rebalance_threshold = 0.02;       // keep a decision unless a new one is predicted this much faster
-  // Each server holds every worker's connection, both ways, to an equal share of its NIC
-  // (kHoldEveryPeer): every worker brings it the same bytes and each key waits for all of them.
+  // Where the workers' NICs differ, each server holds every worker's connection, both ways, to an
+  // equal share of its NIC (kHoldEveryPeer): every worker brings it the same bytes and each key waits
+  // for all of them.
   bool server_equal_shares = true;
   std::vector<std::uint64_t> missing_measurements;  // fault: servers report no measurement in these
   bool worker_aggregators = false;  // workers own and aggregate ranges of keys too (docs/FPT.md)
