@@ -5,8 +5,9 @@
                        [--floor BYTES,BYTES,...]
 
 Each scenario (2-64 workers, 1-8 servers, 1-40 Gb/s NICs, homogeneous or mixed: servers, workers or
-both with NICs of 1, 1/2 or 1/4 the cluster's, 5-50 us links, 1-500 MB models in 1-40 tensors, workers x model at most 1 GB) leaves every `ps` field but `balancing = "lb"` at its default, so pstwin picks
-partition size, scheduling credit and push/pull itself. Prints one line per scenario (its shape, the
+both with NICs of 1, 1/2 or 1/4 the cluster's, 5-50 us links, 1-500 MB models in 1-40 tensors, workers x model at most 1 GB) leaves every `ps` and `sim` field but `balancing = "lb"` at its default, so pstwin picks
+partition size, scheduling credit and push/pull, and the simulator's transport (send pool, flow model,
+pipelined messages), itself. Prints one line per scenario (its shape, the
 values pstwin chose, achieved / bound from results.json's `bound`) and the distribution of that ratio
 (min, median, p90, max). `--set` is passed to every run (e.g. `--set ps.partition_bytes=4096000` to
 pin a field). The same seed gives the same family and, the simulator being deterministic, the same

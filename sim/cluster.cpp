@@ -158,6 +158,28 @@ void Stream::send_current() {
                                                               : std::max(pacing_Bps_, receive_Bps);
   const double max_rate = bound_Bps > 0 ? bound_Bps : MessageNetwork::kUnbounded;
   const auto bytes = static_cast<double>(kHeaderBytes + current_.payload.size());
+  if (!network.separates_sent() && sim.pipeline_messages) {
+    // A byte stream (TCP): the sender puts a message's bytes on the wire right behind the previous
+    // one's and they arrive a latency later, so the connection takes its next message once this one's
+    // bytes are out and the latency is paid once per burst, not per message in turn. The flow is the
+    // bytes' passage, the latency follows it.
+    from_.flow_queue().acquire([this, &network, bytes, max_rate] {
+      const bool bulk = !fpt::is_control(current_);
+      auto in_flight = std::make_shared<Message>(std::move(current_));
+      const double latency = route_latency();
+      network.start(
+          from_.host(), to_.host(), bytes, nullptr,
+          [this, &network, in_flight, header = header_, start = start_, bulk, latency] {
+            from_.flow_queue().release();
+            from_.transmitted(to_id_, bulk);
+            next();
+            network.after(
+                latency, [this, in_flight, header, start] { deliver(std::move(*in_flight), header, start); });
+          },
+          max_rate, latency);
+    });
+    return;
+  }
   if (!network.separates_sent()) {
     from_.flow_queue().acquire([this, &network, bytes, max_rate] {
       network.start(
@@ -291,6 +313,16 @@ double Stream::reader_delay(double bytes) {
 // A header-only message (ack, pull request, heartbeat) is 64 bytes: its cost is the route's
 // latency. Modelling it as a flow would only add solver work, since every flow start and end
 // re-solves the bandwidth shares of all flows it is coupled with.
+double Stream::route_latency() {
+  if (route_latency_ < 0) {
+    std::vector<s4u::Link*> links;
+    double latency = 0;
+    from_.host()->route_to(to_.host(), links, &latency);
+    route_latency_ = latency * from_.cluster().latency_factor();
+  }
+  return route_latency_;
+}
+
 double Stream::control_latency() {
   if (control_latency_ < 0) {
     std::vector<s4u::Link*> links;

@@ -131,12 +131,14 @@ class Stream {
   // shaping lets it be read (the epoll van's token bucket, fpt::kReaderBurst*), in arrival order.
   double reader_delay(double bytes);
   double control_latency();                 // a header-only message's cost: the route's latency
+  double route_latency();                   // the route's one-way latency (x the latency factor)
   void transmit(std::uint64_t wire_bytes);  // SimGrid's model: blocks the stream's actor
   SimNode& from_;
   SimNode& to_;
   NodeId to_id_;
   std::string lane_name_;
   double control_latency_ = -1;  // one-way latency of a header-only message on this route, once known
+  double route_latency_ = -1;    // the route's one-way latency, once known
   double pacing_Bps_ = 0;        // bulk messages' rate bound (send pool pacing), 0: none
   double reader_tokens_ = -1;    // reader_delay's bucket (-1: not started, full at first use)
   double reader_at_ = 0;         // ... brought up to date then

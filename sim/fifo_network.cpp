@@ -227,7 +227,7 @@ const FifoNetwork::Route& FifoNetwork::route(s4u::Host* from, s4u::Host* to) {
 }
 
 void FifoNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> sent,
-                        std::function<void()> done, double max_rate) {
+                        std::function<void()> done, double max_rate, double /*latency_paid*/) {
   const Route& path = route(from, to);
   const double now = s4u::Engine::get_clock();
   if (path.hops.empty()) {

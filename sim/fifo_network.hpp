@@ -136,7 +136,7 @@ class FifoNetwork final : public DaemonNetwork {
   FifoNetwork(double bandwidth_factor, double latency_factor, simgrid::s4u::Host* home,
               FifoLinks::Options options = {});
   void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> sent,
-             std::function<void()> done, double max_rate = kUnbounded) override;
+             std::function<void()> done, double max_rate = kUnbounded, double latency_paid = 0) override;
   bool separates_sent() const override { return true; }
 
  private:

@@ -449,7 +449,7 @@ const FlowNetwork::Route& FlowNetwork::route(s4u::Host* from, s4u::Host* to) {
 }
 
 void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::function<void()> /*sent*/,
-                        std::function<void()> done, double max_rate) {
+                        std::function<void()> done, double max_rate, double latency_paid) {
   const Route& path = route(from, to);
   std::uint32_t slot = 0;
   if (free_starting_.empty()) {
@@ -460,8 +460,9 @@ void FlowNetwork::start(s4u::Host* from, s4u::Host* to, double bytes, std::funct
     free_starting_.pop_back();
   }
   starting_[slot] = {bytes, &path, std::move(done), max_rate};
-  // The flow joins the sharing once its route's latency is paid.
-  after(path.latency * latency_factor_, [this, slot] {
+  // The flow joins the sharing once its route's latency is paid, less what the caller pays itself (a
+  // pipelined stream: the bytes pass first, the delivery follows a latency later).
+  after(std::max(0.0, path.latency * latency_factor_ - latency_paid), [this, slot] {
     Starting flow = std::move(starting_[slot]);
     free_starting_.push_back(slot);
     const auto id = solver_.add_flow(s4u::Engine::get_clock(), flow.bytes, flow.path->penalty,

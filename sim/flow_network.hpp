@@ -123,7 +123,7 @@ class FlowNetwork final : public DaemonNetwork {
   FlowNetwork(double bandwidth_factor, double latency_factor, bool cross_traffic, simgrid::s4u::Host* home);
   // A flow has no queue: `sent` is not called, `done` runs when the last byte arrived.
   void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, std::function<void()> sent,
-             std::function<void()> done, double max_rate = kUnbounded) override;
+             std::function<void()> done, double max_rate = kUnbounded, double latency_paid = 0) override;
   bool separates_sent() const override { return false; }
 
  private:

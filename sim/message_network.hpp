@@ -21,10 +21,13 @@ class MessageNetwork {
   // when the sender has handed the message on (the connection may take its next one: the FIFO
   // model's host queue took it whole, or its NIC put the last byte on the wire), `done` when the
   // last byte arrived. A model without queues runs `done` and nothing else:
-  // see separates_sent().
+  // see separates_sent(). `latency_paid` (seconds): what of the route's latency the caller pays itself,
+  // not before the bytes move (sim.pipeline_messages: the stream delivers a latency after `done`, so a
+  // connection's next message follows this one's bytes as on a TCP stream); models with queues
+  // pipeline a connection's messages themselves and ignore it.
   virtual void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes,
-                     std::function<void()> sent, std::function<void()> done,
-                     double max_rate = kUnbounded) = 0;
+                     std::function<void()> sent, std::function<void()> done, double max_rate = kUnbounded,
+                     double latency_paid = 0) = 0;
   // Runs `fire` `delay` seconds from now (a latency-only message, a modelled delay).
   virtual void after(double delay, std::function<void()> fire) = 0;
   // True: `sent` and `done` are separate instants (messages wait in queues between them).

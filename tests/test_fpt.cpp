@@ -300,6 +300,27 @@ TEST(FptReceiveShaper, HoldsLighterSendersToTheirShareOfTheLink) {
   EXPECT_EQ(unknown_link.rate(3), 0.0);
 }
 
+TEST(FptReceiveShaper, AHoldEveryPeerTableHoldsTheHeaviestToo) {
+  // A load-balanced server's table: each worker brings it the same bytes, and each key waits for all
+  // of them, so every one is held to its share, none left free to run ahead.
+  ReceiveShaper shaper(3000.0);
+  ASSERT_FALSE(shaper.set_weights(1, std::vector<PeerWeight>{{kHoldEveryPeer, 7}, {2, 1}, {3, 1}, {4, 1}}));
+  EXPECT_DOUBLE_EQ(shaper.rate(2), 1000.0);  // the marker's weight counts in no sum
+  EXPECT_DOUBLE_EQ(shaper.rate(3), 1000.0);
+  EXPECT_DOUBLE_EQ(shaper.rate(4), 1000.0);
+  EXPECT_EQ(shaper.rate(kHoldEveryPeer), 0.0);  // no node behind it
+  EXPECT_EQ(shaper.rate(9), 0.0);               // unlisted: not shaped
+  // Unequal weights: shares of the sum, the heaviest held as well.
+  ASSERT_FALSE(shaper.set_weights(2, std::vector<PeerWeight>{{2, 2}, {kHoldEveryPeer, 1}, {3, 1}}));
+  EXPECT_DOUBLE_EQ(shaper.rate(2), 2000.0);
+  EXPECT_DOUBLE_EQ(shaper.rate(3), 1000.0);
+  // The send pool paces by the same rule (a server's replies to its workers).
+  SendPool pool(SendPoolOptions{.quantum_bytes = 256, .link_rate_Bps = 4e9});
+  ASSERT_FALSE(pool.set_weights(1, std::vector<PeerWeight>{{kHoldEveryPeer, 1}, {2, 1}, {3, 1}}));
+  EXPECT_DOUBLE_EQ(pool.pacing_rate(2), 2e9);
+  EXPECT_DOUBLE_EQ(pool.pacing_rate(3), 2e9);
+}
+
 // The ZeroMQ van's pacing rule: a message, then a wait of its size at the peer's share.
 TEST(FptMessagePacer, HoldsALightPeerForItsMessagesSizeAtItsShare) {
   MessagePacer pacer(4000.0);  // bytes/s of the sender's link

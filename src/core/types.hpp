@@ -26,4 +26,13 @@ struct PeerWeight {
   std::uint32_t weight = 1;  // 1..1,000,000 (fpt::kMaxWeight)
 };
 
+// A weight table entry with no node behind it (Runtime::set_send_weights, set_receive_weights): a
+// table that lists it (its weight is not counted) holds every peer it names to its share, the heaviest
+// too (fpt::shaped_rate). For a node whose peers each exchange the same bytes with it and whose every
+// key waits for all of them (a load-balanced server: each worker pushes it the same partitions and
+// pulls the same aggregates): a connection running ahead of its share gains nothing there and takes
+// the link from one the link's sharing gives less than its share (SimGrid's, by route penalty: a
+// slower NIC on the route; TCP's, by round trip), which every key then waits for.
+inline constexpr NodeId kHoldEveryPeer = -1;
+
 }  // namespace pstwin

@@ -39,16 +39,17 @@ std::uint32_t weight_of(const WeightTable& table, NodeId peer) {
 }
 
 double shaped_rate(double link_rate_Bps, const WeightTable& table, NodeId peer) {
-  if (link_rate_Bps <= 0) return 0;
+  if (link_rate_Bps <= 0 || peer == kHoldEveryPeer) return 0;
   const auto it = table.find(peer);
   if (it == table.end()) return 0;
   std::uint64_t sum = 0;
   std::uint32_t heaviest = 0;
   for (const auto& [node, weight] : table) {
+    if (node == kHoldEveryPeer) continue;
     sum += weight;
     heaviest = std::max(heaviest, weight);
   }
-  if (it->second >= kNearHeaviest * heaviest) return 0;
+  if (!table.contains(kHoldEveryPeer) && it->second >= kNearHeaviest * heaviest) return 0;
   return link_rate_Bps * it->second / static_cast<double>(sum);
 }
 

@@ -41,9 +41,10 @@ class CurrentWeights {
 // The rate in bytes/s the traffic with `peer` is held to on a link of `link_rate_Bps`, 0 for none: a
 // peer the table names with less than kNearHeaviest of its heaviest weight gets link rate x weight /
 // sum of the table's weights; the heaviest and those near it, unlisted peers, an empty table or no
-// link rate are not limited. Near the heaviest: a cap at a share the free-running connections get
-// anyway only takes away the room to catch up after a stall (lb_4w4s_netns, weights 984 and 1000:
-// the capped servers' links 94 % busy against 97 % without; docs/FPT.md "Pacing: the van's or the
+// link rate are not limited (where the table lists kHoldEveryPeer, core/types.hpp, the heaviest are
+// limited too and that entry counts in no sum). Near the heaviest: a cap at a share the free-running
+// connections get anyway only takes away the room to catch up after a stall (lb_4w4s_netns, weights 984 and
+// 1000: the capped servers' links 94 % busy against 97 % without; docs/FPT.md "Pacing: the van's or the
 // kernel's").
 // Why: a link shares itself equally among its connections (TCP, one flow per connection in the
 // simulator) whatever each has to carry. Capped at their shares, the light connections leave the

@@ -50,11 +50,29 @@ HostReduceOptions host_reduce_options(const Scenario& scenario) {
                            .phantom = scenario.workload.payload == PayloadMode::kPhantom};
 }
 
+namespace {
+
+// Whether the workers' NICs differ in bandwidth. Only then does a link's sharing give some workers'
+// pushes less of a server than others' (LV08 by route penalty, TCP by round trip): with equal NICs
+// the shares come out equal anyway, and holding them there only takes the room to catch up after a
+// stall (lb_hetero_netns on the epoll van: +6.6 % over its bound held, +5.4 % free, medians of 5).
+bool workers_differ(const Scenario& scenario) {
+  const double first = scenario.host_link(scenario.worker_host_name(0)).bandwidth_Bps;
+  for (int w = 1; w < scenario.roles.workers; ++w)
+    if (scenario.host_link(scenario.worker_host_name(w)).bandwidth_Bps != first) return true;
+  return false;
+}
+
+}  // namespace
+
 ServerOptions server_options(const Scenario& scenario) {
   return ServerOptions{.aggregator = aggregator_options(scenario),
                        .load_balanced = scenario.lb.balancing == Balancing::kLb,
                        .servers = scenario.roles.servers,
                        .worker_aggregators = scenario.lb.worker_aggregators ? scenario.roles.workers : 0,
+                       .workers = scenario.roles.workers,
+                       .equal_shares = scenario.lb.balancing == Balancing::kLb &&
+                                       scenario.lb.server_equal_shares && workers_differ(scenario),
                        .intake = range_intake_options(scenario)};
 }
 

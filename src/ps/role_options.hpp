@@ -74,6 +74,8 @@ struct ServerOptions {
   bool load_balanced = false;  // ps.balancing = "lb"
   int servers = 1;
   int worker_aggregators = 0;  // workers that also aggregate (lb.worker_aggregators), 0: none
+  int workers = 1;
+  bool equal_shares = false;  // lb.server_equal_shares, with load_balanced and workers' NICs that differ
   RangeIntakeOptions intake;
 };
 

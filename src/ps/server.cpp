@@ -10,7 +10,8 @@ Server::Server(NodeContext context, int rank, const ServerOptions& options, cons
       aggregator_(context.runtime, options.aggregator, context.observer, job, rule,
                   context.runtime.executor("engine", options.aggregator.engine_threads),
                   "server " + std::to_string(rank)),
-      sync_(options.aggregator.sync) {
+      sync_(options.aggregator.sync),
+      equal_shares_workers_(options.load_balanced && options.equal_shares ? options.workers : 0) {
   if (options.load_balanced) {
     decisions_ = std::make_unique<DecisionBook>(job.workload.partitions(), options.servers,
                                                 options.worker_aggregators);
@@ -39,6 +40,16 @@ void Server::on_app_message(Message message) {
 
 void Server::on_ready() {
   report_start_decisions(decisions_.get());
+  if (equal_shares_workers_ > 0) {
+    // Every worker pushes this server the same partitions and pulls the same aggregates, in probes
+    // and balanced iterations alike, and each key waits for all of them: hold each connection to an
+    // equal share of the NIC both ways, so that one the link's sharing favours does not run ahead
+    // while another falls behind (docs/FPT.md "Equal shares at a server").
+    std::vector<PeerWeight> weights{{kHoldEveryPeer, 1}};
+    for (int w = 0; w < equal_shares_workers_; ++w) weights.push_back({worker_id(w), 1});
+    rt_.set_send_weights(1, weights);
+    rt_.set_receive_weights(1, weights);
+  }
 }
 
 void Server::on_decision(const Message& message) {

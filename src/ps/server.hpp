@@ -35,6 +35,7 @@ class Server final : public PsNode {
 
   Aggregator aggregator_;
   const bool sync_;                          // ps.mode
+  const int equal_shares_workers_;           // lb.server_equal_shares: workers to hold to equal shares
   std::unique_ptr<DecisionBook> decisions_;  // lb only
   BandwidthMonitor monitor_;                 // lb only
   std::unique_ptr<RangeIntake> intake_;      // lb only

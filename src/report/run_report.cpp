@@ -177,21 +177,33 @@ nlohmann::ordered_json lb_choice_json(const LbChoice& c) {
   if (c.chose_partition_bytes) chosen.emplace_back("ps.partition_bytes");
   if (c.chose_scheduling_credit) chosen.emplace_back("ps.scheduling_credit");
   if (c.chose_push_pull) chosen.emplace_back("ps.push_pull");
+  if (c.chose_send_pool_slots) chosen.emplace_back("sim.send_pool_slots");
+  if (c.chose_network_model) chosen.emplace_back("sim.network_model");
+  if (c.chose_pipeline_messages) chosen.emplace_back("sim.pipeline_messages");
   return {{"partition_bytes", c.partition_bytes},
           {"scheduling_credit", c.scheduling_credit},
           {"fused", c.fused},
+          {"send_pool_slots", c.send_pool_slots},
+          {"network_model", c.network_model},
+          {"pipeline_messages", c.pipeline_messages},
           {"chosen_fields", chosen}};
 }
 
 LbChoice lb_choice_from_json(const nlohmann::json& j) {
   LbChoice c{.partition_bytes = j.at("partition_bytes"),
              .scheduling_credit = j.at("scheduling_credit"),
-             .fused = j.at("fused")};
+             .fused = j.at("fused"),
+             .send_pool_slots = j.value("send_pool_slots", 0),
+             .network_model = j.value("network_model", std::string()),
+             .pipeline_messages = j.value("pipeline_messages", false)};
   for (const auto& field : j.at("chosen_fields")) {
     const auto name = field.get<std::string>();
     c.chose_partition_bytes |= name == "ps.partition_bytes";
     c.chose_scheduling_credit |= name == "ps.scheduling_credit";
     c.chose_push_pull |= name == "ps.push_pull";
+    c.chose_send_pool_slots |= name == "sim.send_pool_slots";
+    c.chose_network_model |= name == "sim.network_model";
+    c.chose_pipeline_messages |= name == "sim.pipeline_messages";
   }
   return c;
 }
@@ -780,6 +792,10 @@ std::string summary_text(const RunReport& r, std::string_view results_path) {
         << origin(c.chose_partition_bytes) << ", ps.scheduling_credit = " << c.scheduling_credit
         << origin(c.chose_scheduling_credit) << ", ps.push_pull = " << (c.fused ? "fused" : "separate")
         << origin(c.chose_push_pull) << "\n";
+    out << "  load-balancing transport (simulator): sim.send_pool_slots = " << c.send_pool_slots
+        << origin(c.chose_send_pool_slots) << ", sim.network_model = " << c.network_model
+        << origin(c.chose_network_model) << ", sim.pipeline_messages = " << std::boolalpha
+        << c.pipeline_messages << std::noboolalpha << origin(c.chose_pipeline_messages) << "\n";
   }
   out << "  messages: " << r.messages << " (" << r.message_bytes << " bytes; " << r.cross_host.bytes
       << " between hosts, " << r.cross_host.push_pull_bytes << " of them pushes and pulls), run time "

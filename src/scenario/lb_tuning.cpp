@@ -16,15 +16,23 @@ namespace {
 // balancer's whole-partition shares within 1 % of the proportional ones.
 constexpr double kPartitionsPerShare = 100;
 // What one message costs beyond its bytes: the epoll van pipelines 4 KB messages at 0.35 GB/s, about
-// 12 us each (docs/PERFORMANCE.md), and the share of a partition's wire time that may go to it.
+// 12 us each (docs/PERFORMANCE.md), and the share of a partition's wire time that may go to it. That
+// CPU runs beside the wire (the van's thread hands over the next message while the NIC carries the
+// previous one's bytes, a byte stream pays no latency per message), so it costs nothing while it stays
+// under the wire time; at half of it the van keeps its NIC busy with twice the CPU to spare. A larger
+// floor costs more than it saves: on small models over many servers a server's share is then a
+// handful of partitions, whose fill and drain (and whole-partition shares) take 20-45 % on top
+// (bench/lb_family.py, docs/PERFORMANCE.md).
 constexpr double kMessageCost_s = 10e-6;
-constexpr double kMessageCostShare = 0.1;
+constexpr double kMessageCostShare = 0.5;
 // The balancer measures every aggregator in its probes (an equal split) and a rate needs two messages
 // from a worker: at least this many partitions per aggregator, whatever a message costs.
 constexpr double kMinPartitionsPerAggregator = 4;
 // BytePS's default: larger partitions only delay the first aggregate.
 constexpr std::uint64_t kMaxPartition = 4096000;
 constexpr std::uint64_t kPartitionStep = 4096;
+// How far above the size asked equal pieces of a tensor may go once rounded up to the step.
+constexpr double kEvenSlack = 1.125;
 // Pushes in flight per server beyond the round trip's bytes: one arriving while the previous one's
 // aggregate comes back.
 constexpr int kBaseCredit = 2;
@@ -47,11 +55,11 @@ double partition_count(const std::vector<std::uint64_t>& tensors, std::uint64_t 
   return count;
 }
 
-// A tensor's last partition costs a whole message (its route's latency on its connection in the
-// simulator, a message's CPU on a van) for what is left of the tensor: 137.5 KB tensors at 120 KiB
-// went as 120 KiB + 17.5 KB, twice the messages of whole tensors. So `wanted` is moved to the size
-// that cuts the largest tensor into round(t / wanted) equal pieces (at most 1.5x or 0.75x away,
-// less the more pieces), unless that leaves fewer than `fewest` partitions in all: then into
+// A tensor's last partition costs a whole message (a message's CPU on a van) for what is left of the
+// tensor: 137.5 KB tensors at 120 KiB went as 120 KiB + 17.5 KB, twice the messages of whole tensors.
+// So `wanted` is moved to the size that cuts the largest tensor into round(t / wanted) equal pieces
+// (at most 1.5x or 0.75x away, less the more pieces; kept where the step's rounding would take it
+// more than kEvenSlack above), unless that leaves fewer than `fewest` partitions in all: then into
 // ceil(t / wanted), which never gives fewer partitions than `wanted` did.
 std::uint64_t even_partitions(const std::vector<std::uint64_t>& tensors, double wanted, double fewest) {
   const auto largest = static_cast<double>(*std::ranges::max_element(tensors));
@@ -59,7 +67,10 @@ std::uint64_t even_partitions(const std::vector<std::uint64_t>& tensors, double 
   const double pieces =
       std::max({1.0, std::round(largest / wanted), std::ceil(largest / static_cast<double>(kMaxPartition))});
   const std::uint64_t even = std::min(round_up_to_step(largest / pieces), kMaxPartition);
-  if (partition_count(tensors, even) >= fewest) return even;
+  // Small partitions: rounding a piece up to the step can take it far above `wanted` (8,333 B pieces
+  // of 116,667 B tensors become 12,288 B, half as much again): then `wanted` with a remainder.
+  if (partition_count(tensors, even) >= fewest)
+    return static_cast<double>(even) > kEvenSlack * wanted ? static_cast<std::uint64_t>(wanted) : even;
   return std::min(round_up_to_step(largest / most_pieces), kMaxPartition);
 }
 
@@ -93,7 +104,12 @@ LbTuning lb_tuning(const Scenario& scenario, std::optional<std::uint64_t> partit
   // the balancer could then not measure every aggregator.
   const double fine = model_bytes * slowest / (kPartitionsPerShare * total_bandwidth);
   const double fastest = std::max(max_worker_bandwidth, *std::ranges::max_element(aggregators));
-  const double cheap = kMessageCost_s / kMessageCostShare * fastest;
+  // To the nearest step (at least one), so that rounding the size down below does not take it far
+  // under the floor (6,250 B at 2.5 Gb/s went to 4 KiB).
+  const double floor_bytes = kMessageCost_s / kMessageCostShare * fastest;
+  const double step = static_cast<double>(kPartitionStep);
+  const double cheap =
+      std::isfinite(floor_bytes) ? std::max(1.0, std::round(floor_bytes / step)) * step : floor_bytes;
   const double measurable =
       model_bytes / (kMinPartitionsPerAggregator * static_cast<double>(aggregators.size()));
   const double wanted =
@@ -123,6 +139,13 @@ LbTuning lb_tuning(const Scenario& scenario, std::optional<std::uint64_t> partit
   // Fused: a separate pull waits behind up to `credit` queued pushes to a slow server. Validators
   // need the pull separate (the aggregate waits for their verdict).
   tuning.fused = scenario.roles.validators == 0;
+
+  // A node connects to every other: the scheduler, the servers, the workers and the validators.
+  tuning.send_pool_slots = 1 + scenario.roles.servers + scenario.roles.workers + scenario.roles.validators;
+  // The flow model shares bandwidth by LV08's and CM02's rules and takes rate bounds; SMPI's
+  // size-dependent factors need SimGrid's own solver (which cannot pace).
+  tuning.network_model = scenario.network.model == "SMPI" ? "simgrid" : "flow";
+  tuning.pipeline_messages = true;
   return tuning;
 }
 

@@ -1032,6 +1032,13 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("lb.rebalance_threshold", PSTWIN_MEMBER(lb.rebalance_threshold), RealCodec{0},
                          "`lb`: a new decision replaces the one in force only if it is predicted to be "
                          "this fraction faster (0.02: 2 %), so measurement noise does not churn versions."));
+  f.push_back(make_field(
+      "lb.server_equal_shares", PSTWIN_MEMBER(lb.server_equal_shares), BoolCodec{},
+      "`lb`: where the workers' NICs differ, each server holds every worker's connection, both ways, to "
+      "an equal share of its NIC (the send pool's pacing and the receive side's shaping: the epoll van "
+      "with PSTWIN_NIC_RATE, the simulator with its send pool and sim.network_model = \"flow\"). Every "
+      "worker brings a server the same bytes and each key waits for all of them, so a worker ahead of "
+      "its share gains nothing and takes the link from one the link's sharing gives less (docs/FPT.md)."));
   f.push_back(make_field("lb.missing_measurements", PSTWIN_MEMBER(lb.missing_measurements), CountListCodec{0},
                          "Fault injection, `lb`: in these iterations servers report no measurement (a "
                          "failed monitor); the scheduler must fall back to the probe state."));
@@ -1296,6 +1303,12 @@ std::vector<Field> make_registry() {
       "with sim.network_model = \"flow\" or \"fifo\" the pool also paces each "
       "connection lighter than the heaviest at its share of the NIC. 0: no pool, every connection sends on "
       "its own."));
+  f.push_back(make_field(
+      "sim.pipeline_messages", PSTWIN_MEMBER(sim.pipeline_messages), BoolCodec{},
+      "With sim.network_model = \"flow\": true, a connection's message that was ready while the previous "
+      "one was on the wire follows its bytes, as on a TCP stream, and waits only what is left of its "
+      "route's latency (paid once per burst); false, every message waits its route's latency in turn. "
+      "ps.balancing = \"lb\" chooses true where the scenario leaves it out (docs/FPT.md)."));
   f.push_back(make_field(
       "sim.network_model", PSTWIN_MEMBER(sim.network_model), ChoiceCodec{kSimNetworkModels},
       "Who shares bandwidth among bulk messages: \"simgrid\" (SimGrid's solver), \"flow\" (pstwin's own "
@@ -1689,9 +1702,18 @@ class Validator {
     if (choice.chose_scheduling_credit) s_.ps.scheduling_credit = tuning.scheduling_credit;
     if (choice.chose_push_pull)
       s_.ps.push_pull = tuning.fused ? PushPullMode::kFused : PushPullMode::kSeparate;
+    choice.chose_send_pool_slots = find_node(root_, "sim.send_pool_slots") == nullptr;
+    choice.chose_network_model = find_node(root_, "sim.network_model") == nullptr;
+    choice.chose_pipeline_messages = find_node(root_, "sim.pipeline_messages") == nullptr;
+    if (choice.chose_send_pool_slots) s_.sim.send_pool_slots = tuning.send_pool_slots;
+    if (choice.chose_network_model) s_.sim.network_model = tuning.network_model;
+    if (choice.chose_pipeline_messages) s_.sim.pipeline_messages = tuning.pipeline_messages;
     choice.partition_bytes = s_.ps.partition_bytes;
     choice.scheduling_credit = s_.ps.scheduling_credit;
     choice.fused = s_.ps.push_pull == PushPullMode::kFused;
+    choice.send_pool_slots = s_.sim.send_pool_slots;
+    choice.network_model = s_.sim.network_model;
+    choice.pipeline_messages = s_.sim.pipeline_messages;
     s_.lb_chosen = choice;
   }
 

@@ -248,6 +248,10 @@ struct SimConfig {
   // > 0: each node sends through FPT's send pool (src/fpt/send_pool.hpp), which keeps at most this
   // many bulk messages in transmission, one per connection, connections taking turns by weighted DRR.
   int send_pool_slots = 0;
+  // true: a connection's bulk message ready while the previous one is on the wire follows its bytes,
+  // paying only what is left of its route's latency (a byte stream's pipelining; "flow" model only).
+  // false: each message waits its route's latency in turn.
+  bool pipeline_messages = false;
   // "simgrid": SimGrid's network model shares bandwidth. "flow": pstwin's own max-min flow model
   // (sim/flow_network.hpp), same sharing rules, cost local to the links a flow touches. "fifo":
   // packets queued at every link (sim/fifo_network.hpp).
@@ -272,6 +276,10 @@ struct LbConfig {
   Balancing balancing = Balancing::kHash;  // ps.balancing; hash: ps.key_hash decides, as in BytePS
   std::vector<std::uint64_t> probe_at;     // iterations run in the probe state on request (0 always is)
   double rebalance_threshold = 0.02;       // keep a decision unless a new one is predicted this much faster
+  // Where the workers' NICs differ, each server holds every worker's connection, both ways, to an
+  // equal share of its NIC (kHoldEveryPeer): every worker brings it the same bytes and each key waits
+  // for all of them.
+  bool server_equal_shares = true;
   std::vector<std::uint64_t> missing_measurements;  // fault: servers report no measurement in these
   bool worker_aggregators = false;  // workers own and aggregate ranges of keys too (docs/FPT.md)
 };
@@ -344,6 +352,15 @@ struct LbChoice {
   bool chose_partition_bytes = false;  // false: the scenario (or --set) gave ps.partition_bytes
   bool chose_scheduling_credit = false;
   bool chose_push_pull = false;
+  // The simulator's transport (sim.*: ignored by real runs, whose vans always send through their pool
+  // and byte streams): the send pool with a slot per connection, pstwin's flow model (the one whose
+  // flows take the pool's pacing and the receivers' shaping) and pipelined messages.
+  int send_pool_slots = 0;
+  std::string network_model;
+  bool pipeline_messages = false;
+  bool chose_send_pool_slots = false;
+  bool chose_network_model = false;
+  bool chose_pipeline_messages = false;
   friend bool operator==(const LbChoice&, const LbChoice&) = default;
 };
 
