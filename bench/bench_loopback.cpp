@@ -1,6 +1,6 @@
 // Loopback bench of the real backend against raw TCP, in one run: 1 scheduler, 1 server and 2
-// workers as in-process nodes on 127.0.0.1 (realnet::run_local) over the chosen van (zmq, the
-// default, epoll or ucx), values of 4 KB, 1 MB and 16 MB.
+// workers as in-process nodes on 127.0.0.1 (realnet::run_local) over the chosen van (epoll, the
+// default, zmq or ucx), values of 4 KB, 1 MB and 16 MB.
 //  - blocking latency: one value per iteration (push, ack, pull, response; sync mode, so each
 //    iteration waits for both workers), p50/p99 of the slowest worker's iteration time;
 //  - pipelined aggregate: many values per iteration, pushes bounded by ps.scheduling_credit,

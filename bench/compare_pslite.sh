@@ -15,7 +15,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ANCHORS="$ROOT/../shared/anchors"
 ROUNDS=3
-VAN=zmq
+VAN=epoll
 SIZES=4KB,1MB,16MB
 while [ $# -gt 0 ]; do
   case "$1" in

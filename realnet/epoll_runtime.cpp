@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "ps/ids.hpp"
 #include "realnet/host_port.hpp"
 
 namespace pstwin::realnet {
 
 namespace {
 
-constexpr double kRetryConnectS = 0.02;  // a refused peer's listener is tried again this often
+constexpr double kRetryConnectS = 0.02;    // a refused peer's listener is tried again this often
+constexpr double kMaxRetryConnectS = 1.0;  // ... and a lost peer's, backing off to this
 
 EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
   const auto where = split_host_port(options.bind, /*any_port=*/true);
@@ -100,14 +102,15 @@ void EpollNodeRuntime::bind_peer(NodeId id, const std::string& address) {
     fail("address of node " + std::to_string(id) + " \"" + address + "\" is not HOST:PORT");
     return;
   }
-  Pending pending{where->host, where->port, {}};
+  Pending pending;
+  pending.host = where->host;
+  pending.port = where->port;
+  pending.retry_after_s = kRetryConnectS;
   if (try_connect(id, pending)) return;
   if (halting()) return;  // failed for good
+  pending.next_try = now() + kRetryConnectS;
   pending_.emplace(id, std::move(pending));
-  if (!retry_armed_) {
-    retry_armed_ = true;
-    start_timer(kRetryConnectS, [this] { retry_pending(); });
-  }
+  arm_retry();
 }
 
 bool EpollNodeRuntime::try_connect(NodeId id, Pending& pending) {
@@ -117,23 +120,45 @@ bool EpollNodeRuntime::try_connect(NodeId id, Pending& pending) {
     return false;
   }
   connected_[id] = pending.host + ":" + std::to_string(pending.port);
+  if (pending.lost)
+    log("reconnected to " + describe_peer(id, connected_[id]) + "; " + std::to_string(pending.held.size()) +
+        " held message(s) go now" +
+        (pending.dropped > 0 ? ", " + std::to_string(pending.dropped) + " were dropped over the bound" : ""));
   for (auto& message : pending.held) hand_over(std::move(message));
   pending.held.clear();
+  pending.held_bytes = 0;
   return true;
 }
 
 void EpollNodeRuntime::retry_pending() {
   retry_armed_ = false;
+  const Seconds at = now();
   for (auto it = pending_.begin(); it != pending_.end() && !halting();) {
-    if (try_connect(it->first, it->second))
-      it = pending_.erase(it);
-    else
+    Pending& pending = it->second;
+    if ((pending.lost && pending.held.empty()) || pending.next_try > at) {
       ++it;
+      continue;
+    }
+    if (try_connect(it->first, pending)) {
+      it = pending_.erase(it);
+      continue;
+    }
+    if (pending.lost) pending.retry_after_s = std::min(kMaxRetryConnectS, pending.retry_after_s * 2);
+    pending.next_try = at + pending.retry_after_s;
+    ++it;
   }
-  if (!pending_.empty() && !halting()) {
-    retry_armed_ = true;
-    start_timer(kRetryConnectS, [this] { retry_pending(); });
-  }
+  arm_retry();
+}
+
+void EpollNodeRuntime::arm_retry() {
+  if (retry_armed_ || halting()) return;
+  double earliest = -1;
+  for (const auto& [id, pending] : pending_)
+    if (!(pending.lost && pending.held.empty()) && (earliest < 0 || pending.next_try < earliest))
+      earliest = pending.next_try;
+  if (earliest < 0) return;
+  retry_armed_ = true;
+  start_timer(std::max(0.0, earliest - now()), [this] { retry_pending(); });
 }
 
 void EpollNodeRuntime::queue(Message message) {
@@ -143,11 +168,70 @@ void EpollNodeRuntime::queue(Message message) {
     trace_lane("send->" + std::to_string(message.header.recipient), "send", span_name(message.header), at, at,
                trace_message(message));
   }
-  if (const auto it = pending_.find(message.header.recipient); it != pending_.end()) {
-    it->second.held.push_back(std::move(message));
+  const NodeId to = message.header.recipient;
+  if (!lost_.empty() && std::ranges::find(lost_, to) != lost_.end()) settle_lost();
+  if (const auto it = pending_.find(to); it != pending_.end()) {
+    hold(it->second, to, std::move(message));
+    arm_retry();
     return;
   }
   hand_over(std::move(message));
+}
+
+void EpollNodeRuntime::hold(Pending& pending, NodeId peer, Message message) {
+  const std::uint64_t bytes = kHeaderBytes + message.payload.size();
+  if (pending.held.size() >= kHeldMessages || pending.held_bytes + bytes > kHeldBytes) {
+    if (pending.dropped++ == 0)
+      log("holding " + std::to_string(pending.held.size()) + " message(s), " +
+          std::to_string(pending.held_bytes) + " bytes, for node " + std::to_string(peer) +
+          ", which cannot be reached: more are dropped until it can");
+    return;
+  }
+  pending.held_bytes += bytes;
+  pending.held.push_back(std::move(message));
+}
+
+void EpollNodeRuntime::settle_lost() {
+  auto lost = std::move(lost_);
+  lost_.clear();
+  for (const NodeId id : lost) {
+    const auto it = connected_.find(id);
+    if (it == connected_.end()) continue;  // settled already
+    const auto where = split_host_port(it->second, /*any_port=*/false);
+    const std::string address = it->second;
+    connected_.erase(it);
+    Pending pending;
+    if (where) {
+      pending.host = where->host;
+      pending.port = where->port;
+    }
+    pending.lost = true;
+    pending.retry_after_s = kRetryConnectS;
+    pending.next_try = now();
+    for (auto& message : transport_->forget(id)) hold(pending, id, std::move(message));
+    log("lost the connection to " + describe_peer(id, address) + "; " + std::to_string(pending.held.size()) +
+        " queued message(s) are held while it is tried again (the heartbeats decide whether it is dead)");
+    pending_.insert_or_assign(id, std::move(pending));
+  }
+  arm_retry();
+}
+
+std::string EpollNodeRuntime::describe_peer(NodeId id, const std::string& address) const {
+  std::string role;
+  switch (role_of(id)) {
+    case Role::kScheduler:
+      return "the scheduler (node " + std::to_string(id) + " at " + address + ")";
+    case Role::kServer:
+      role = "server ";
+      break;
+    case Role::kWorker:
+      role = "worker ";
+      break;
+    case Role::kValidator:
+      role = "validator ";
+      break;
+  }
+  return role + std::to_string(rank_of(id)) + " (node " + std::to_string(id) + " at " + address + ")";
 }
 
 void EpollNodeRuntime::hand_over(Message message) {
@@ -203,6 +287,17 @@ void EpollNodeRuntime::on_error(const TransportError& error) {
     return;
   }
   ++transport_errors_;
+  if (error.lost && error.lost_node != kNoNode) {
+    if (halting()) return;  // peers close their connections as a job ends
+    log(error.to_string());
+    // Our connection to it goes too (now, not at our next send: the peer may be gone for good), and
+    // anything we send it meanwhile is held (settle_lost, queue).
+    if (connected_.contains(error.lost_node) && std::ranges::find(lost_, error.lost_node) == lost_.end()) {
+      lost_.push_back(error.lost_node);
+      post([this] { settle_lost(); });
+    }
+    return;
+  }
   if (halting()) {
     log(error.to_string());
     return;

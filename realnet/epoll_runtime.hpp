@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "fpt/send_pool.hpp"
 #include "realnet/epoll_transport.hpp"
@@ -43,13 +44,24 @@ class EpollNodeRuntime final : public LoopRuntime {
   std::uint64_t transport_errors() const { return transport_errors_.load(); }
 
  private:
-  // A peer whose listener refused us (its process is not up yet): retried on a timer, its messages
-  // held in order until the connection opens. The protocol's connect timeout bounds the wait.
+  // A peer we cannot send to now: its listener refused us (its process is not up yet), or our
+  // connection to it was lost (TransportError::lost). Its messages are held in order, up to
+  // kHeldBytes / kHeldMessages (beyond that they are dropped and counted, as ZeroMQ's high-water mark
+  // drops), and its listener is tried again on a timer, backing off to once a second; a lost peer
+  // only while something is held for it. Whether the peer is dead is for the heartbeats to say: the
+  // protocol's connect timeout bounds the first wait, the scheduler's heartbeat timeout a lost peer.
   struct Pending {
     std::string host;
     std::uint16_t port = 0;
     std::deque<Message> held;
+    std::uint64_t held_bytes = 0;
+    bool lost = false;          // connected once: retried only while something is held
+    double retry_after_s = 0;   // backoff
+    double next_try = 0;        // now() of the next attempt
+    std::uint64_t dropped = 0;  // messages over the bound, since the connection was lost
   };
+  static constexpr std::uint64_t kHeldBytes = 256ull << 20;
+  static constexpr std::size_t kHeldMessages = 16384;
 
   void bind_peer(NodeId id, const std::string& address) override;
   void queue(Message message) override;
@@ -64,11 +76,18 @@ class EpollNodeRuntime final : public LoopRuntime {
   void on_error(const TransportError& error);
   bool try_connect(NodeId id, Pending& pending);  // false: still refused; fails the node on other errors
   void retry_pending();
+  void arm_retry();
   void hand_over(Message message);
+  void hold(Pending& pending, NodeId peer, Message message);
+  // Lost connections the transport reported: each peer's queue moves to pending_ and is retried.
+  void settle_lost();
+  // "server 0 (node 8 at 127.0.0.1:5001)": a peer as the scheduler's failure texts name it.
+  std::string describe_peer(NodeId id, const std::string& address) const;
 
   std::unique_ptr<EpollTransport> transport_;
   std::map<NodeId, std::string> connected_;  // peer -> address of our open connection
   std::map<NodeId, Pending> pending_;
+  std::vector<NodeId> lost_;  // reported by the transport, not yet settled
   bool retry_armed_ = false;
   // On a LoopPool: a timerfd in the transport's epoll set for the loop's timers and the transport's
   // own deadlines, and when it is due (steady-clock ms; 0: disarmed or already fired).

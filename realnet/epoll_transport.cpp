@@ -161,8 +161,8 @@ EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks
   set_int_option(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, 1);
   const std::string where = options_.bind_host + ":" + std::to_string(options_.port);
   if (::bind(listen_fd_.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    throw std::runtime_error("cannot bind " + where + ": " + errno_text(errno) +
-                             (errno == EADDRINUSE ? " (choose another port, or 0 for any)" : ""));
+    // The caller knows which setting chose the port, so the fix is its to name.
+    throw std::runtime_error("cannot bind " + where + ": " + errno_text(errno));
   }
   // The kernel's largest backlog: when the accept queue overflows, a connection the client already
   // counts as open waits in SYN_RECV for seconds (or is dropped), so a flood of outsiders would
@@ -395,7 +395,7 @@ fpt::DestinationStats EpollTransport::stats(NodeId peer) const {
 
 // ---- send thread ----
 
-void EpollTransport::fail_out(OutConnection& connection, const std::string& detail) {
+void EpollTransport::fail_out(OutConnection& connection, const std::string& detail, bool lost) {
   const std::size_t committed = connection.frames.size();
   connection.frames.clear();
   epoll_ctl(out_epoll(), EPOLL_CTL_DEL, connection.fd.get(), nullptr);
@@ -403,12 +403,49 @@ void EpollTransport::fail_out(OutConnection& connection, const std::string& deta
   {
     std::lock_guard lock(mutex_);
     out_by_fd_.erase(connection.fd.get());
-    queued = pool_.drop(connection.peer).size();
+    if (lost) {
+      queued = pool_.stats(connection.peer).queued_messages;
+      pool_.set_blocked(connection.peer, true);  // held for forget()
+    } else {
+      queued = pool_.drop(connection.peer).size();
+    }
   }
   connection.fd.reset();
+  connection.blocked = false;
   connection.dead = true;
-  report(connection.name, "connection",
-         detail + "; " + std::to_string(committed + queued) + " message(s) to it were not delivered");
+  if (!callbacks_.on_error) return;
+  if (!lost) {
+    report(connection.name, "connection",
+           detail + "; " + std::to_string(committed + queued) + " message(s) to it were not delivered");
+    return;
+  }
+  // Committed frames were written to the kernel in part or in whole: whether they arrived is unknown.
+  callbacks_.on_error(TransportError{connection.name, "connection",
+                                     detail + "; " + std::to_string(committed) +
+                                         " message(s) in flight may be lost, " + std::to_string(queued) +
+                                         " still queued",
+                                     false, "", true, connection.peer});
+}
+
+std::vector<Message> EpollTransport::forget(NodeId peer) {
+  PSTWIN_ASSERT(!options_.own_threads, "forget() is for the owner of a transport without threads");
+  std::unique_ptr<OutConnection> gone;
+  std::vector<Message> queued;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = out_.find(peer);
+    if (it == out_.end()) return queued;
+    gone = std::move(it->second);
+    out_.erase(it);
+    if (gone->fd.get() >= 0) out_by_fd_.erase(gone->fd.get());
+    if (gone->pacing.held_until > 0) --held_;
+    queued = pool_.drop(peer);
+    // A new connection starts unheld (drop() keeps the destination's holds).
+    pool_.set_blocked(peer, false);
+    pool_.set_paced(peer, false);
+  }
+  if (gone->fd.get() >= 0) epoll_ctl(out_epoll(), EPOLL_CTL_DEL, gone->fd.get(), nullptr);
+  return queued;
 }
 
 bool EpollTransport::flush(OutConnection& connection) {
@@ -446,8 +483,8 @@ bool EpollTransport::flush(OutConnection& connection) {
         }
         return true;
       }
-      fail_out(connection,
-               "send failed: " + errno_text(errno) + " (the peer closed or reset the connection)");
+      fail_out(connection, "send failed: " + errno_text(errno) + " (the peer closed or reset the connection)",
+               /*lost=*/true);
       return false;
     }
     auto left = static_cast<std::uint64_t>(written);
@@ -496,13 +533,12 @@ void EpollTransport::answer_challenge(OutConnection& c) {
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail_out(c, "receive failed while proving membership: " + errno_text(errno));
+      fail_out(c, "receive failed while proving membership: " + errno_text(errno), /*lost=*/true);
       return;
     }
     if (got == 0) {
-      fail_out(c,
-               "the peer closed the connection before it sent a membership challenge: does it run "
-               "with PSTWIN_JOB_TOKEN set, the same as this node's?");
+      // A member sends its challenge at accept, whatever its token: the peer went, or evicted us.
+      fail_out(c, "the peer closed the connection before it sent a membership challenge", /*lost=*/true);
       return;
     }
     c.challenge_have += static_cast<std::size_t>(got);
@@ -839,8 +875,19 @@ int EpollTransport::unproven_timeout(int timeout_ms) const {
 std::optional<bool> EpollTransport::after_failed_read(const InConnection& c) {
   if (errno == EINTR) return std::nullopt;
   if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-  report_in(c, "connection", "receive failed: " + errno_text(errno));
+  report_lost_in(c, "receive failed: " + errno_text(errno));
   return false;
+}
+
+void EpollTransport::report_lost_in(const InConnection& c, const std::string& detail) {
+  if (!c.trusted || c.sender == kNoNode) {
+    report_in(c, "connection", detail);
+    return;
+  }
+  if (!callbacks_.on_error) return;
+  callbacks_.on_error(TransportError{c.name(), "connection",
+                                     detail + (c.mid_frame() ? "; the message being read was lost" : ""),
+                                     false, "", true, c.sender});
 }
 
 bool EpollTransport::read_proof(InConnection& c) {
@@ -1019,7 +1066,7 @@ bool EpollTransport::read_some(InConnection& c, bool hung_up) {
                                                   " payload bytes of key " + std::to_string(c.header.key)
                                             : "after " + std::to_string(c.header_have) + " of " +
                                                   std::to_string(kHeaderBytes) + " header bytes";
-        report_in(c, "connection", "peer closed the connection mid-frame, " + where);
+        report_lost_in(c, "peer closed the connection mid-frame, " + where);
       }
       return false;
     }

@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/codec.hpp"
 #include "core/message.hpp"
@@ -43,12 +44,18 @@ namespace pstwin::realnet {
 // membership (it was closed), or one message of a member's was dropped (a forged sender, another
 // node's frame) and its connection kept. `who` then names whom to count it against: "node 9", or
 // the host ("127.0.0.1") of a connection that never proved membership.
+// `lost`: a member's connection closed or was reset (its process died, or the network between us
+// broke): what it carried in flight is gone, and nothing says whether the peer is dead. `lost_node`
+// is the peer; to send to it again, forget() it and connect() anew. Whether the job can go on is for
+// the protocol's heartbeats (and ps.resend) to decide, as with ZeroMQ, not for the transport.
 struct TransportError {
   std::string peer;
   std::string field;
   std::string detail;
   bool refused = false;
   std::string who;
+  bool lost = false;
+  NodeId lost_node = kNoNode;  // with `lost`, when known
   std::string to_string() const { return peer + ": " + field + ": " + detail; }
 };
 
@@ -112,6 +119,11 @@ class EpollTransport {
   // peer was never connected, its connection was lost, or the transport stopped.
   [[nodiscard]] std::optional<std::string> send(NodeId peer, Message message);
 
+  // Without own threads, on the owner's thread: closes our connection to `peer` (a lost one, see
+  // TransportError::lost) and returns the messages still queued for it, in the order they would
+  // have gone; connect() may then open a new one. Nothing if `peer` has no connection.
+  std::vector<Message> forget(NodeId peer);
+
   // The kernel's pacing cap on our connection to `peer` (SO_MAX_PACING_RATE, bytes/s), as the socket
   // reports it: what the pool's pacing (Options::pool.link_rate_Bps > 0) asked for; nullopt if not
   // connected. std::numeric_limits<std::uint64_t>::max() means unpaced.
@@ -171,7 +183,9 @@ class EpollTransport {
   void release_paced(double now);           // mutex_ held: connections whose hold is over go back
   int paced_timeout(int timeout_ms) const;  // cut short for the earliest paced release
   bool flush(OutConnection& connection);    // false: the connection failed (already reported)
-  void fail_out(OutConnection& connection, const std::string& detail);
+  // The connection goes. `lost` (a member's connection closed or reset): its queued messages stay in
+  // the pool, held, for forget(); otherwise they are dropped with it.
+  void fail_out(OutConnection& connection, const std::string& detail, bool lost = false);
   void accept_all();
   // Out of file descriptors: one pending connection is accepted on the spare descriptor and closed
   // at once, so the listener does not stay readable and the node goes on.
@@ -192,6 +206,8 @@ class EpollTransport {
   void retry_handshake(OutConnection& connection, const std::string& why);
   void report_in(const InConnection& connection, const std::string& field, const std::string& detail,
                  bool keep_connection = false);
+  // A member's connection closed or reset under us: reported as `lost`; other connections as report_in.
+  void report_lost_in(const InConnection& connection, const std::string& detail);
   bool read_some(InConnection& connection, bool hung_up);  // false: closed (reported if mid-frame or bad)
   bool consume(InConnection& connection, std::span<const std::byte> bytes);
   bool finish_header(InConnection& connection);

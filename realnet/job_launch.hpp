@@ -49,7 +49,7 @@ struct JobLaunchOptions {
   std::string remote_binary;  // the pstwin path on every host; "" = this binary's own path
   int port = 0;               // the scheduler's port on the first host; 0 = one free on this machine
   std::string parts_dir;      // <name>.json (reports), <name>.log (stderr), <name>.out (stdout)
-  Van van = Van::kZmq;
+  Van van = default_van();
   bool encrypt = false;                         // PSTWIN_ENCRYPT=curve for every node (zmq van only)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };

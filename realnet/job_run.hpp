@@ -40,7 +40,7 @@ struct JobRunOptions {
   // instead of `pstwin node`, with the same environment; the report then holds only whether every
   // process ended with status 0 (`completed`, `failure`).
   std::vector<std::string> command;
-  Van van = Van::kZmq;                          // every node's transport (DMLC_PS_VAN_TYPE)
+  Van van = default_van();                      // every node's transport (DMLC_PS_VAN_TYPE)
   bool encrypt = false;                         // PSTWIN_ENCRYPT=curve for every node (zmq van only)
   std::function<void(const std::string&)> log;  // progress lines; null: none
 };

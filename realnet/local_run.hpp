@@ -23,7 +23,7 @@ struct LocalRunOptions {
   std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_started;
   // Wall-clock limit; 0: run.time_limit capped at 120 s (an in-process test job).
   double timeout_s = 0;
-  Van van = Van::kZmq;  // the transport of every node
+  Van van = default_van();  // the transport of every node
   // The job token every node proves on every connection (realnet/job_auth.hpp): nullopt makes a
   // random one, as `pstwin run` does; "" runs without one.
   std::optional<std::string> job_token;

@@ -343,10 +343,12 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
     const int implied = level == "TRACE" ? 2 : (level == "DEBUG" || level == "INFO") ? 1 : 0;
     out.verbose = std::max(out.verbose, implied);
   }
+  bool van_named = false;  // else default_van(), once PSTWIN_ENCRYPT is known
   if (const auto* v = find(env, "DMLC_PS_VAN_TYPE"); v != nullptr && !v->empty()) {
     const auto van = parse_van(*v);
     if (!van) bad("DMLC_PS_VAN_TYPE", *v, std::string(kVanChoices) + " (the same for every node of the job)");
     out.van = *van;
+    van_named = true;
   }
   // BytePS users ask for RDMA with DMLC_ENABLE_RDMA=1 (ps-lite's UCX van with DMLC_ENABLE_UCX=1): both
   // mean the UCX van, which uses RDMA where the fabric has it.
@@ -359,6 +361,7 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
           "0 with DMLC_PS_VAN_TYPE=" + *type +
               " (RDMA runs on the ucx van: unset DMLC_PS_VAN_TYPE or set it to ucx)");
     out.van = Van::kUcx;
+    van_named = true;
   }
   if (const auto missing = van_unavailable(out.van); !missing.empty())
     throw NodeEnvError("DMLC_PS_VAN_TYPE=ucx (or DMLC_ENABLE_RDMA=1): " + std::string(missing));
@@ -419,6 +422,7 @@ NodeEnv parse_node_env(const Env& launched, NodeEnvRules rules) {
           "or none (the default), the same on every node of the job");
     out.encrypt = *v == "curve";
   }
+  if (!van_named) out.van = default_van(out.encrypt);
   if (out.encrypt && out.job_token.empty())
     throw NodeEnvError(
         "PSTWIN_ENCRYPT=curve needs PSTWIN_JOB_TOKEN, from which the job's CURVE keys are derived: set "

@@ -43,7 +43,7 @@ struct NodeEnv {
   bool force_distributed = false;                // BYTEPS_FORCE_DISTRIBUTED (accepted, no effect)
   int verbose = 0;                    // PS_VERBOSE: 0, 1 or 2, raised by BYTEPS_LOG_LEVEL (see docs)
   std::string log_level = "WARNING";  // BYTEPS_LOG_LEVEL, upper-cased
-  Van van = Van::kZmq;                // DMLC_PS_VAN_TYPE: zmq, epoll or ucx (DMLC_ENABLE_RDMA=1: ucx)
+  Van van = default_van();            // DMLC_PS_VAN_TYPE: zmq, epoll or ucx (DMLC_ENABLE_RDMA=1: ucx)
   double nic_rate_Bps = 0;            // PSTWIN_NIC_RATE (bytes/s): the epoll van paces to shares of it
   bool nic_rate_auto = false;         // PSTWIN_NIC_RATE=auto: read from the kernel at start (nic_rate.hpp)
   bool kernel_pacing = false;         // PSTWIN_PACING=kernel: SO_MAX_PACING_RATE instead of the van's own

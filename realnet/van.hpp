@@ -1,6 +1,7 @@
-// The van: which transport a real node's runtime uses (ps-lite's DMLC_PS_VAN_TYPE). "zmq" is
-// ZeroMQ (ZmqNodeRuntime, the default); "epoll" is FPT's epoll TCP transport with the send pool
-// (EpollNodeRuntime); "ucx" is UCX's UCP (UcxNodeRuntime: shared memory, TCP or RDMA, as UCX_TLS
+// The van: which transport a real node's runtime uses (ps-lite's DMLC_PS_VAN_TYPE). "epoll" is FPT's
+// epoll TCP transport with the send pool (EpollNodeRuntime, the default: no thread between the
+// protocol and the kernel); "zmq" is ZeroMQ (ZmqNodeRuntime, the default with encryption, which only
+// it has); "ucx" is UCX's UCP (UcxNodeRuntime: shared memory, TCP or RDMA, as UCX_TLS
 // allows). All speak the same 64-byte frame but not the same wire protocol: every node of a job must
 // use the same van.
 #pragma once
@@ -13,6 +14,11 @@
 namespace pstwin::realnet {
 
 enum class Van { kZmq, kEpoll, kUcx };
+
+// The van of a job that names none: epoll, or zmq when the job is encrypted (PSTWIN_ENCRYPT=curve).
+constexpr Van default_van(bool encrypt = false) {
+  return encrypt ? Van::kZmq : Van::kEpoll;
+}
 
 std::string_view van_name(Van van);
 std::optional<Van> parse_van(std::string_view text);  // "zmq", "epoll" or "ucx"; nullopt otherwise

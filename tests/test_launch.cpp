@@ -275,8 +275,13 @@ TEST(Launch, NodeStopsWhenItsStdinEndsAndStillReports) {
       resolved_toml(load_scenario(std::string(PSTWIN_SOURCE_DIR) + "/scenarios/quickstart.toml"))};
   std::ofstream(dir / "stdin") << realnet::launch_message_text(message);
   // What comes on stdin is checked as the environment is: port 0 is refused.
-  auto r = testing::run_shell("(cat " + (dir / "stdin").string() + "; sleep 2) | timeout 120 " +
-                              PSTWIN_BINARY + " node --launched > " + (dir / "out").string());
+  // stdin stays open (a writer on a FIFO, killed once the node exits) however long the node takes to
+  // start: its exit status is then its own, not the SIGTERM of stdin's end.
+  const std::string fifo = (dir / "stdin.fifo").string();
+  auto r =
+      testing::run_shell("mkfifo " + fifo + "; (cat " + (dir / "stdin").string() + "; exec sleep 60) > " +
+                         fifo + " 2>/dev/null & timeout 120 " + PSTWIN_BINARY + " node --launched < " + fifo +
+                         " > " + (dir / "out").string() + "; code=$?; kill $! 2>/dev/null; exit $code");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("DMLC_PS_ROOT_PORT"), std::string::npos) << r.output;
 
@@ -284,7 +289,8 @@ TEST(Launch, NodeStopsWhenItsStdinEndsAndStillReports) {
   with_port.env["DMLC_PS_ROOT_PORT"] = std::to_string(realnet::free_local_port());
   std::ofstream(dir / "stdin") << realnet::launch_message_text(with_port);
   // `timeout` (status 124) only keeps a node that never stops from hanging the test.
-  r = testing::run_shell("(cat " + (dir / "stdin").string() + "; sleep 2) | timeout 120 " + PSTWIN_BINARY +
+  // 5 s: the node is up and handling SIGTERM by then, on a loaded machine too.
+  r = testing::run_shell("(cat " + (dir / "stdin").string() + "; sleep 5) | timeout 120 " + PSTWIN_BINARY +
                          " node --launched > " + (dir / "out").string());
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
   const auto part = realnet::report_from_output(testing::read_text(dir / "out"));

@@ -141,7 +141,7 @@ TEST(NodeEnv, RdmaOrUcxAskedForSelectsTheUcxVanOtherUnsupportedVariablesWarn) {
   for (const std::string name : {"DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX"}) {
     Env env = worker_env();
     env[name] = "0";
-    EXPECT_EQ(parse_node_env(env).van, realnet::Van::kZmq) << name;
+    EXPECT_EQ(parse_node_env(env).van, realnet::Van::kEpoll) << name;
     env[name] = "1";
     const bool ucx = realnet::van_unavailable(realnet::Van::kUcx).empty();
     if (ucx) {

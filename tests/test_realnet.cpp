@@ -65,6 +65,7 @@ TEST(RealNet, MalformedFramesAreRejectedAndTheRunGoesOn) {
   std::mutex mutex;
   std::vector<std::string> logs;
   realnet::LocalRunOptions options;
+  options.van = realnet::Van::kZmq;  // ZeroMQ frames (the epoll van's: Adversary.*)
   options.job_token =
       "";  // unauthenticated: the frames reach the decoder (with a token, the handshake refuses them)
   options.log = [&](std::string_view line) {

@@ -174,7 +174,7 @@ std::string host_name() {
 }  // namespace
 
 int run_calibrate(const CalibrateOptions& options) {
-  const auto van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
+  const auto van = realnet::parse_van(options.van).value_or(realnet::default_van());  // the parser checked it
   if (const auto missing = realnet::van_unavailable(van); !missing.empty()) {
     std::cerr << "pstwin: --van " << options.van << ": " << missing << "\n";
     return 2;

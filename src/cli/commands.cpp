@@ -545,12 +545,13 @@ int run_job(const CommonOptions& common, const RunOptions& options) {
   job.parts_dir = out_dir + "/parts";
   job.netns = options.netns;
   job.kernel_partitions = options.kernel_partitions;
-  job.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
+  job.encrypt = options.encrypt == "curve";
+  job.van = options.van.empty() ? realnet::default_van(job.encrypt)
+                                : realnet::parse_van(options.van).value_or(realnet::default_van());
   if (const auto missing = realnet::van_unavailable(job.van); !missing.empty()) {
     std::cerr << "pstwin: --van " << options.van << ": " << missing << "\n";
     return 2;
   }
-  job.encrypt = options.encrypt == "curve";
   if (!encryption_as_required(scenario, job.encrypt) || !encryption_possible(job.encrypt, job.van)) return 2;
   if (!common.quiet) job.log = [](const std::string& line) { std::cerr << "[pstwin] " << line << "\n"; };
   job.command = options.command;
@@ -576,8 +577,9 @@ int run_launch(const CommonOptions& common, const LaunchOptions& options) {
   launch.rsh = options.rsh;
   launch.remote_binary = options.remote_pstwin;
   launch.port = options.port;
-  launch.van = realnet::parse_van(options.van).value_or(realnet::Van::kZmq);  // the parser checked it
   launch.encrypt = options.encrypt == "curve";
+  launch.van = options.van.empty() ? realnet::default_van(launch.encrypt)
+                                   : realnet::parse_van(options.van).value_or(realnet::default_van());
   if (!encryption_as_required(scenario, launch.encrypt) || !encryption_possible(launch.encrypt, launch.van))
     return 2;
   // Checked before anything starts: a bad --rsh or binary path is bad input, not a failed job.

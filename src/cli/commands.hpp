@@ -57,9 +57,9 @@ struct LaunchOptions {
   std::optional<std::uint64_t> seed;  // every node's scenario seed
   std::string out_dir;                // "" = pstwin-out/<scenario name>
   std::string rsh = "ssh -o BatchMode=yes {host}";
-  std::string remote_pstwin;  // "" = this binary's path
-  int port = 0;               // the scheduler's port; 0 = one free on this machine
-  std::string van = "zmq";
+  std::string remote_pstwin;     // "" = this binary's path
+  int port = 0;                  // the scheduler's port; 0 = one free on this machine
+  std::string van;               // zmq | epoll | ucx; "" = epoll, zmq with --encrypt curve
   std::string encrypt = "none";  // none | curve (PSTWIN_ENCRYPT for every node)
 };
 
@@ -68,7 +68,7 @@ struct RunOptions {
   std::string out_dir;                // "" = pstwin-out/<scenario name>
   bool netns = false;  // one network namespace per scenario host, links shaped with tc (root only)
   bool kernel_partitions = false;  // with netns: faults.partitions of hosts cut by the switch (nftables)
-  std::string van = "zmq";         // zmq | epoll (realnet/van.hpp)
+  std::string van;                 // zmq | epoll | ucx; "" = epoll, zmq with --encrypt curve
   std::string encrypt = "none";    // none | curve (PSTWIN_ENCRYPT for every node)
   // After `--`: every node runs this application instead of `pstwin node` (realnet::JobRunOptions).
   std::vector<std::string> command;
@@ -83,7 +83,7 @@ struct MergeOptions {
 };
 
 struct CalibrateOptions {
-  std::string van = "zmq";                            // zmq | epoll (realnet/van.hpp)
+  std::string van = "epoll";                          // zmq | epoll | ucx (realnet/van.hpp)
   std::string sizes = "4KB,64KB,256KB,1MB,4MB,16MB";  // one blocking and one pipelined job each
   std::string out;                                    // "" = the fragment goes to stdout
   bool quick = false;                                 // fewer iterations per job (tests)

@@ -203,8 +203,9 @@ int main(int argc, char** argv) {
                 "switch drops every frame across the partition; TCP holds and retransmits), not by the nodes")
       ->needs("--netns");
   run->add_option("--van", run_options.van,
-                  "every node's transport: zmq (ZeroMQ, default), epoll (FPT's epoll TCP transport with "
-                  "the send pool) or ucx (UCX: shared memory, TCP or RDMA as UCX_TLS allows); sets "
+                  "every node's transport: epoll (FPT's epoll TCP transport with the send pool; the "
+                  "default), zmq (ZeroMQ; the default with --encrypt curve, which only it has) or ucx (UCX: "
+                  "shared memory, TCP or RDMA as UCX_TLS allows); sets "
                   "DMLC_PS_VAN_TYPE for the nodes")
       ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
   run->add_option("--encrypt", run_options.encrypt, kEncryptHelp)->check(CLI::IsMember({"none", "curve"}));
@@ -239,7 +240,9 @@ int main(int argc, char** argv) {
       ->check(seed_check);
   launch->add_option("--out", launch_options.out_dir,
                      "output directory (default: pstwin-out/<scenario name>)");
-  launch->add_option("--van", launch_options.van, "every node's transport: zmq (default), epoll or ucx")
+  launch
+      ->add_option("--van", launch_options.van,
+                   "every node's transport: epoll (default), zmq (the default with --encrypt curve) or ucx")
       ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
   launch->add_option("--encrypt", launch_options.encrypt, kEncryptHelp)
       ->check(CLI::IsMember({"none", "curve"}));
@@ -272,7 +275,7 @@ int main(int argc, char** argv) {
       "measure the van's CPU cost per message and per byte with real loopback jobs (1 server, 1 worker, "
       "blocking and pipelined, several sizes), fit the simulator's [cpu] fields to them by least squares "
       "and print how well they fit; writes the fields as a scenario fragment (docs/FIDELITY.md)");
-  calibrate->add_option("--van", calibrate_options.van, "the van measured: zmq (default), epoll or ucx")
+  calibrate->add_option("--van", calibrate_options.van, "the van measured: epoll (default), zmq or ucx")
       ->check(CLI::IsMember({"zmq", "epoll", "ucx"}));
   calibrate->add_option("--out", calibrate_options.out, "write the fragment to this file (default: stdout)");
   calibrate->add_option("--sizes", calibrate_options.sizes,
