@@ -520,6 +520,40 @@ TEST(Sim, SharedCoresKeepTheSameSeedByteIdentical) {
   EXPECT_EQ(a.results_text, b.results_text);
 }
 
+// bench/partition_sweep.py on loopback, two sizes: the sim shares this machine's cores among the nodes
+// (cpu.core_scope = "machine") and the fragment's other fields reach every simulated run.
+TEST(PartitionSweep, RunsSimAndLoopbackAndSharesTheMachinesCores) {
+  const auto dir = fresh_dir("partition-sweep");
+  {
+    std::ofstream(dir / "cpu.toml") << "[cpu]\nsend_per_message = \"2us\"\nreceive_per_message = \"2us\"\n"
+                                       "send_bandwidth = \"7GBps\"\nreceive_bandwidth = \"7GBps\"\n";
+  }
+  const auto run = run_shell(
+      "python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --van epoll --cpu " +
+      (dir / "cpu.toml").string() + " --sizes 256KB,1MB --iterations 2 --out " + (dir / "out").string());
+  EXPECT_TRUE(run.exit_code == 0 || run.exit_code == 3) << run.output;
+  EXPECT_NE(run.output.find("van epoll, loopback"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("a core per node's net lane"), std::string::npos) << run.output;
+  const auto shared = read_json(dir / "out/sim-1MB/results.json");
+  const auto own = read_json(dir / "out/sim-own-core-1MB/results.json");
+  EXPECT_TRUE(shared["completed"].get<bool>());
+  EXPECT_TRUE(own["completed"].get<bool>());
+  // The fragment has no shared_cores: the sweep gives the sim this machine's CPU count.
+  const std::string replay = shared["replay"];
+  EXPECT_NE(replay.find("--set cpu.core_scope=machine"), std::string::npos) << replay;
+  EXPECT_NE(replay.find("--set cpu.shared_cores=" + std::to_string(std::thread::hardware_concurrency())),
+            std::string::npos)
+      << replay;
+  EXPECT_NE(std::string(own["replay"]).find("--set cpu.shared_cores=0"), std::string::npos) << own["replay"];
+}
+
+TEST(PartitionSweep, BandwidthWithoutNetnsIsRefused) {
+  const auto run = run_shell("python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --bandwidth 1Gbps");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--bandwidth"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--netns"), std::string::npos) << run.output;
+}
+
 // A real calibration, kept short: loopback jobs of two sizes on the epoll van, fitted and written.
 TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   const auto dir = fresh_dir("calibrate");
