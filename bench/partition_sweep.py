@@ -2,16 +2,27 @@
 """Partition-size sweep, simulated and real: does the twin rank partition sizes as the real job does?
 
     bench/partition_sweep.py [--pstwin BIN] [--van zmq|epoll] [--cpu FRAGMENT] [--sizes 16KB,...]
-                             [--iterations N] [--out DIR] [--set FIELD=VALUE]...
+                             [--iterations N] [--netns [--bandwidth RATE]] [--out DIR]
+                             [--set FIELD=VALUE]...
 
-One scenario (2 workers, 1 server, a 32 MB model as one tensor, sync, no compute, real payloads, hosts
-whose links are faster than loopback: the CPU is the limit) is run for every partition size with
-`pstwin sim`, its [cpu] fields taken from FRAGMENT (`pstwin calibrate --van VAN --out FRAGMENT`; without
---cpu the sweep calibrates first and keeps the fragment in DIR), and with `pstwin run --van VAN` on
-127.0.0.1. Prints a Markdown table: size, simulated and real iteration time (median after the first
-iteration), the sim's error, and the rank of the size in each (1: fastest); then whether the ranks
-agree and the largest error. Also prints the same table for the simulator without [cpu] fields. Exits
-1 if a run fails, 3 if the ranks differ or an error exceeds 15 %.
+One scenario (2 workers, 1 server, a 32 MB model as one tensor, sync, no compute, real payloads) is run
+for every partition size with `pstwin sim`, its [cpu] fields taken from FRAGMENT (`pstwin calibrate
+--van VAN --out FRAGMENT`; without --cpu the sweep calibrates first and keeps the fragment in DIR), and
+for real with `pstwin run --van VAN`:
+
+- on loopback (the default): every node process on 127.0.0.1; the scenario's hosts have links faster
+  than loopback, so the CPU is the limit;
+- with --netns: `pstwin run --netns`, each host in its own network namespace, links shaped to RATE
+  (default 1Gbps, as the fidelity scenarios) and 6 us of latency (the namespace cluster's own;
+  docs/FIDELITY.md). Needs root.
+
+Either way every node runs on this machine's CPUs, so the simulated runs set cpu.core_scope =
+"machine": the nodes' net lanes share the fragment's cpu.shared_cores (this machine's CPU count where
+the fragment has none). Prints a Markdown table: size, simulated and real iteration time (median after
+the first iteration), the sim's error, and the rank of the size in each (1: fastest); then whether the
+ranks agree and the largest error. Also prints the same table for the simulator with a core per lane
+(no cpu.shared_cores) and without [cpu] fields, and the load average before and after. Exits 1 if a
+run fails, 3 if the ranks differ or an error exceeds 15 %.
 """
 
 import argparse
@@ -26,11 +37,11 @@ import time
 SIZES = ["16KB", "64KB", "256KB", "1MB", "4MB", "16MB"]
 
 
-def scenario_text(partition, iterations, cpu_fragment):
+def scenario_text(partition, iterations, cpu_fragment, bandwidth, latency):
     text = f"""name = "partition_sweep"
 [cluster]
-host_bandwidth = "1000GBps"
-host_latency = "1us"
+host_bandwidth = "{bandwidth}"
+host_latency = "{latency}"
 [roles]
 servers = 1
 workers = 2
@@ -103,14 +114,24 @@ def main():
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--out", default=None, help="keep every run's output here (default: a temp dir)")
     parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE for every run")
+    parser.add_argument("--netns", action="store_true",
+                        help="run the real side as a namespace cluster (`pstwin run --netns`, root)")
+    parser.add_argument("--bandwidth", default=None,
+                        help="with --netns: every host's link (default 1Gbps)")
     args = parser.parse_args()
+    if args.bandwidth and not args.netns:
+        parser.error("--bandwidth shapes the namespace cluster's links; add --netns (loopback is not shaped)")
+    # Loopback is not shaped: links far faster than it leave the CPU as the limit. The namespace
+    # cluster's links are tbf-shaped veths with the machine's own 6 us of latency.
+    bandwidth, latency = ((args.bandwidth or "1Gbps", "6us") if args.netns else ("1000GBps", "1us"))
     out = args.out or tempfile.mkdtemp(prefix="partition_sweep.")
     os.makedirs(out, exist_ok=True)
     sizes = args.sizes.split(",")
     with open("/proc/loadavg") as f:
         load_before = " ".join(f.read().split()[:3])
-    print(f"partition sweep: van {args.van}, {os.cpu_count()} CPUs, load average {load_before} before, "
-          f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+    where = f"namespace cluster, links {bandwidth}" if args.netns else "loopback"
+    print(f"partition sweep: van {args.van}, {where}, {os.cpu_count()} CPUs, load average {load_before} "
+          f"before, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
     fragment_path = args.cpu
     if not fragment_path:
         fragment_path = os.path.join(out, f"cpu-{args.van}.toml")
@@ -119,21 +140,30 @@ def main():
         fragment = f.read()
     print("".join("    " + line for line in fragment.splitlines(True)))
     sets = [x for s in args.set for x in ("--set", s)]
-    sim, sim_bare, real = [], [], []
+    # Every node of a loopback or namespace cluster runs on this machine's CPUs.
+    shared = [] if "shared_cores" in fragment else ["--set", f"cpu.shared_cores={os.cpu_count()}"]
+    machine = shared + ["--set", "cpu.core_scope=machine"]
+    own_core = ["--set", "cpu.shared_cores=0"]
+    sim, sim_own, sim_bare, real = [], [], [], []
+    kinds = (("sim", fragment, machine, sim), ("sim-own-core", fragment, own_core, sim_own),
+             ("sim-bare", "", [], sim_bare), ("real", "", [], real))
     for size in sizes:
-        for kind, cpu, into in (("sim", fragment, sim), ("sim-bare", "", sim_bare), ("real", "", real)):
+        for kind, cpu, extra, into in kinds:
             path = os.path.join(out, f"{kind}-{size}.toml")
             with open(path, "w") as f:
-                f.write(scenario_text(size, args.iterations, cpu))
+                f.write(scenario_text(size, args.iterations, cpu, bandwidth, latency))
             run_dir = os.path.join(out, f"{kind}-{size}")
             if kind == "real":
-                run([args.pstwin, "run", path, "-q", "--van", args.van, "--out", run_dir] + sets)
+                netns = ["--netns"] if args.netns else []
+                run([args.pstwin, "run", path, "-q", "--van", args.van, "--out", run_dir] + netns + sets)
             else:
-                run([args.pstwin, "sim", path, "-q", "--out", run_dir] + sets)
+                run([args.pstwin, "sim", path, "-q", "--out", run_dir] + extra + sets)
             into.append(steady_median(os.path.join(run_dir, "results.json")))
     with open("/proc/loadavg") as f:
         load_after = " ".join(f.read().split()[:3])
-    same, worst = table("With the calibrated [cpu] fields:", sizes, sim, real)
+    same, worst = table("With the calibrated [cpu] fields, the nodes sharing this machine's cores:", sizes,
+                        sim, real)
+    table("With the calibrated [cpu] fields, a core per node's net lane:", sizes, sim_own, real)
     table("Without [cpu] fields (no CPU cost per message):", sizes, sim_bare, real)
     print(f"\nload average after: {load_after}; runs in {out}")
     return 0 if same and worst <= 0.15 else 3

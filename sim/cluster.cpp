@@ -428,6 +428,7 @@ SimNode::SimNode(Cluster& cluster, std::string label, std::string address, std::
       flow_queue_(cluster.scenario().sim.node_flow_limit) {
   if (const int limit = cluster.scenario().sim.node_flow_limit; limit > 0 && !cluster.network())
     flow_slots_ = s4u::Semaphore::create(limit);
+  cores_ = cluster.shared_cores(host_slot_);
   // A 256-byte quantum: a weight-1000 connection (the load balancer's heaviest) sends about one
   // 256 KB partition per DRR visit, lighter ones proportionally fewer.
   // With the flow model the pool paces at the NIC's rate (SendPool::pacing_rate: connections lighter
@@ -498,7 +499,8 @@ void SimNode::deliver(Message message) {
 }
 
 Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message) {
-  const Seconds start = std::max(now(), net_free_at_);
+  Seconds start = std::max(now(), net_free_at_);
+  if (cores_) start = cores_->book(now(), start, cost);
   net_free_at_ = start + cost;
   trace_lane("net", "cpu", what, start, net_free_at_, message);
   return net_free_at_;
@@ -748,6 +750,16 @@ int Cluster::host_slot(const std::string& name) {
     host_links_.push_back(links);
   }
   return it->second;
+}
+
+SharedCores* Cluster::shared_cores(int slot) {
+  const auto& cpu = scenario_.cpu;
+  if (cpu.shared_cores <= 0) return nullptr;
+  const auto index = cpu.core_scope == "machine" ? std::size_t{0} : static_cast<std::size_t>(slot);
+  if (shared_cores_.size() <= index) shared_cores_.resize(index + 1);
+  auto& cores = shared_cores_[index];
+  if (!cores) cores = std::make_unique<SharedCores>(cpu.shared_cores);
+  return cores.get();
 }
 
 SimNode& Cluster::add_node(std::string label, std::string address, const std::string& host) {

@@ -32,6 +32,7 @@
 #include "report/run_report.hpp"
 #include "sim/message_network.hpp"
 #include "sim/platform.hpp"
+#include "sim/shared_cores.hpp"
 
 namespace pstwin::sim {
 
@@ -264,7 +265,8 @@ class SimNode final : public Runtime {
   std::deque<std::variant<std::function<void()>, Message>> events_;
   TimerQueue timers_;
   std::uint64_t next_sequence_ = 1;
-  Seconds net_free_at_ = 0;  // charge_net: the net lane is busy until then
+  Seconds net_free_at_ = 0;       // charge_net: the net lane is busy until then
+  SharedCores* cores_ = nullptr;  // cpu.shared_cores: what the net lane runs on (null: a core of its own)
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
   simgrid::s4u::ConditionVariablePtr stopped_changed_;
@@ -300,6 +302,9 @@ class Cluster {
   simgrid::s4u::Host* host(const std::string& name) const { return platform_.hosts.at(name); }
   // A host's number, dense from 0, for per-message lookups that should not compare names.
   int host_slot(const std::string& name);
+  // cpu.shared_cores: the cores of the host in `slot` (or of the machine every host runs on, with
+  // cpu.core_scope = "machine"); null when the scenario does not share cores.
+  SharedCores* shared_cores(int slot);
   double latency_factor() const { return platform_.latency_factor; }
   // What one flow can get out of `host`'s NIC: its bandwidth x the model's bandwidth factor, less the
   // reverse traffic's cross-traffic share (a send pool's link rate, for pacing).
@@ -353,7 +358,8 @@ class Cluster {
   std::vector<std::uint64_t> link_bytes_;
   std::map<std::string, std::size_t> link_index_;
   std::map<std::string, int> host_slots_;
-  std::vector<HostLinks> host_links_;  // by host slot
+  std::vector<HostLinks> host_links_;                       // by host slot
+  std::vector<std::unique_ptr<SharedCores>> shared_cores_;  // by host slot; one with "machine" scope
   std::vector<std::size_t> rack_up_, rack_down_;
   std::optional<std::size_t> switch_link_;
   LinkTimeline timeline_;

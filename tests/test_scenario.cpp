@@ -619,6 +619,16 @@ TEST(Scenario, UnitErrors) {
                    "cannot read a bandwidth");
   EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_mesage = \"8us\"\n"), "cpu.send_per_mesage",
                    "cpu.send_per_message");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_message = \"8us\"\nshared_cores = -1\n"),
+                   "cpu.shared_cores = -1", "must be at least 0");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_message = \"8us\"\nshared_cores = 100000\n"),
+                   "cpu.shared_cores = 100000", "at most 4096");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_message = \"8us\"\nshared_cores = 2\ncore_scope = \"rack\"\n"),
+                   "cpu.core_scope = \"rack\"", "\"host\", \"machine\"");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nshared_cores = 2\n"), "cpu.shared_cores = 2", "no cost is set",
+                   "cpu.send_per_message", "pstwin calibrate");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_message = \"8us\"\ncore_scope = \"machine\"\n"),
+                   "cpu.core_scope = \"machine\"", "cpu.shared_cores", "remove cpu.core_scope");
 }
 
 TEST(Scenario, WrongTypeErrors) {

@@ -2,10 +2,14 @@
 // determinism promise, the crossed-line race found and not found, and the saturation bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
 
 #include "realnet/van.hpp"
 #include "scenario/scenario.hpp"
@@ -312,9 +316,9 @@ struct CpuJobRun {
   nlohmann::json trace;
 };
 
-CpuJobRun run_cpu_job(const std::string& name, const std::string& sets) {
+CpuJobRun run_cpu_job(const std::string& name, const std::string& sets, const char* job = kCpuJob) {
   const auto dir = fresh_dir(name);
-  { std::ofstream(dir / "job.toml") << kCpuJob; }
+  { std::ofstream(dir / "job.toml") << job; }
   const auto run =
       run_pstwin("sim " + (dir / "job.toml").string() + " -q " + sets + " --out " + (dir / "out").string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -399,6 +403,157 @@ TEST(Sim, CpuCostsKeepTheSameSeedByteIdentical) {
   EXPECT_GT(spans_of_category(a.trace, "cpu"), 0);
 }
 
+// cpu.shared_cores: two workers on one host, the server on a host of its own, 100 us of CPU per
+// message received, links so fast that no two messages slow each other down on the wire. The server answers
+// both workers' push_pull (fused) once the round is complete, at the same instant, so the two answers reach
+// the workers' host together. With two cores the workers read them side by side; with one core the second
+// waits for the first: it starts exactly one receive cost later. (Registration and barriers wait too, so
+// whole runs differ by more than that.)
+constexpr const char* kSharedCoresJob = R"(name = "shared_cores"
+[cluster]
+hosts = 2
+host_bandwidth = "1000GBps"
+host_latency = "1us"
+[roles]
+servers = 1
+workers = 2
+scheduler_host = "h0"
+server_hosts = ["h0"]
+worker_hosts = ["h1"]
+[ps]
+partition_bytes = "1MB"
+push_pull = "fused"
+[workload]
+tensor_bytes = ["1MB"]
+compute = "1ms"
+iterations = 4
+[cpu]
+receive_per_message = "100us"
+)";
+
+CpuJobRun run_shared_cores(const std::string& name, const std::string& sets) {
+  return run_cpu_job(name, sets, kSharedCoresJob);
+}
+
+// How many pairs of `cpu` spans of different processes among `pids` overlap in time.
+int overlapping_cpu_spans(const nlohmann::json& trace, const std::set<int>& pids) {
+  std::vector<std::tuple<double, double, int>> spans;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "cpu" && pids.count(e["pid"].get<int>()))
+      spans.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>(),
+                         e["pid"].get<int>());
+  int overlaps = 0;
+  for (std::size_t i = 0; i < spans.size(); ++i)
+    for (std::size_t j = i + 1; j < spans.size(); ++j) {
+      const auto& [a_start, a_end, a_pid] = spans[i];
+      const auto& [b_start, b_end, b_pid] = spans[j];
+      overlaps += a_pid != b_pid && a_start < b_end - 1e-3 && b_start < a_end - 1e-3;  // ts in us
+    }
+  return overlaps;
+}
+
+// The trace's process ids of the nodes named `prefix`N (e.g. "worker").
+std::set<int> pids_named(const nlohmann::json& trace, const std::string& prefix) {
+  std::set<int> pids;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name" &&
+        e["args"]["name"].get<std::string>().starts_with(prefix))
+      pids.insert(e["pid"].get<int>());
+  return pids;
+}
+
+// Per iteration: the start times (us) of the workers' CPU charges for receiving their answer (the only
+// messages with the 1 MB payload), earliest first.
+std::map<int, std::vector<double>> answer_reads(const nlohmann::json& trace, const std::set<int>& workers) {
+  std::map<int, std::vector<double>> reads;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "cpu" && workers.count(e["pid"].get<int>()) && e.contains("args") &&
+        e["args"]["bytes"].get<std::uint64_t>() > 1000000)
+      reads[e["args"]["iteration"].get<int>()].push_back(e["ts"].get<double>());
+  for (auto& [iteration, starts] : reads) std::sort(starts.begin(), starts.end());
+  return reads;
+}
+
+TEST(Sim, NodesSharingOneCoreWaitForEachOthersCpuCosts) {
+  const auto one = run_shared_cores("cores-1", "--set cpu.shared_cores=1");
+  const auto two = run_shared_cores("cores-2", "--set cpu.shared_cores=2");
+  const auto own = run_shared_cores("cores-own", "");
+  // Two cores for two workers: what a core per lane gives.
+  EXPECT_EQ(two.results_text, own.results_text);
+  const auto workers = pids_named(two.trace, "worker");
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_GT(overlapping_cpu_spans(two.trace, workers), 0) << "the two answers are read side by side";
+  EXPECT_EQ(overlapping_cpu_spans(one.trace, workers), 0) << "one core runs one charge at a time";
+  const auto side_by_side = answer_reads(two.trace, workers);
+  const auto one_by_one = answer_reads(one.trace, workers);
+  ASSERT_EQ(side_by_side.size(), 4u);
+  ASSERT_EQ(one_by_one.size(), 4u);
+  // Reading both answers of an iteration takes one receive cost (100 us) on two cores, two on one.
+  for (const auto& [iteration, starts] : side_by_side) {
+    ASSERT_EQ(starts.size(), 2u) << "iteration " << iteration;
+    EXPECT_NEAR(starts[1] + 100 - starts[0], 100, 1e-3) << "iteration " << iteration << ": side by side";
+    const auto& waited = one_by_one.at(iteration);
+    ASSERT_EQ(waited.size(), 2u) << "iteration " << iteration;
+    EXPECT_NEAR(waited[1] + 100 - waited[0], 200, 1e-3)
+        << "iteration " << iteration << ": one after the other";
+  }
+  EXPECT_EQ(one.results["model_digest"], two.results["model_digest"]);
+}
+
+TEST(Sim, MachineScopeSharesTheCoresOfEveryHost) {
+  // The server's host has cores of its own with "host" scope; with "machine" the workers' and the
+  // server's charges meet on the same single core, which can only be slower.
+  const auto host = run_shared_cores("cores-host", "--set cpu.shared_cores=1");
+  const auto machine =
+      run_shared_cores("cores-machine", "--set cpu.shared_cores=1 --set cpu.core_scope=machine");
+  std::set<int> everyone = pids_named(machine.trace, "worker");
+  for (const int pid : pids_named(machine.trace, "server")) everyone.insert(pid);
+  EXPECT_EQ(overlapping_cpu_spans(machine.trace, everyone), 0);
+  EXPECT_GE(machine.results["run_time_s"].get<double>(), host.results["run_time_s"].get<double>());
+}
+
+TEST(Sim, SharedCoresKeepTheSameSeedByteIdentical) {
+  const std::string sets =
+      "--set cpu.shared_cores=1 --set cpu.receive_bandwidth=2GBps --set perturbation.delivery_jitter=20us";
+  const auto a = run_shared_cores("cores-det-a", sets);
+  const auto b = run_shared_cores("cores-det-b", sets);
+  EXPECT_EQ(a.results_text, b.results_text);
+}
+
+// bench/partition_sweep.py on loopback, two sizes: the sim shares this machine's cores among the nodes
+// (cpu.core_scope = "machine") and the fragment's other fields reach every simulated run.
+TEST(PartitionSweep, RunsSimAndLoopbackAndSharesTheMachinesCores) {
+  const auto dir = fresh_dir("partition-sweep");
+  {
+    std::ofstream(dir / "cpu.toml") << "[cpu]\nsend_per_message = \"2us\"\nreceive_per_message = \"2us\"\n"
+                                       "send_bandwidth = \"7GBps\"\nreceive_bandwidth = \"7GBps\"\n";
+  }
+  const auto run = run_shell(
+      "python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --van epoll --cpu " +
+      (dir / "cpu.toml").string() + " --sizes 256KB,1MB --iterations 2 --out " + (dir / "out").string());
+  EXPECT_TRUE(run.exit_code == 0 || run.exit_code == 3) << run.output;
+  EXPECT_NE(run.output.find("van epoll, loopback"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("a core per node's net lane"), std::string::npos) << run.output;
+  const auto shared = read_json(dir / "out/sim-1MB/results.json");
+  const auto own = read_json(dir / "out/sim-own-core-1MB/results.json");
+  EXPECT_TRUE(shared["completed"].get<bool>());
+  EXPECT_TRUE(own["completed"].get<bool>());
+  // The fragment has no shared_cores: the sweep gives the sim this machine's CPU count.
+  const std::string replay = shared["replay"];
+  EXPECT_NE(replay.find("--set cpu.core_scope=machine"), std::string::npos) << replay;
+  EXPECT_NE(replay.find("--set cpu.shared_cores=" + std::to_string(std::thread::hardware_concurrency())),
+            std::string::npos)
+      << replay;
+  EXPECT_NE(std::string(own["replay"]).find("--set cpu.shared_cores=0"), std::string::npos) << own["replay"];
+}
+
+TEST(PartitionSweep, BandwidthWithoutNetnsIsRefused) {
+  const auto run = run_shell("python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --bandwidth 1Gbps");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--bandwidth"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--netns"), std::string::npos) << run.output;
+}
+
 // A real calibration, kept short: loopback jobs of two sizes on the epoll van, fitted and written.
 TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   const auto dir = fresh_dir("calibrate");
@@ -415,6 +570,8 @@ TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   EXPECT_GT(s.cpu.send_bandwidth_Bps, 0) << text;
   EXPECT_EQ(s.cpu.receive_per_message_s, s.cpu.send_per_message_s);
   EXPECT_EQ(s.cpu.receive_bandwidth_Bps, s.cpu.send_bandwidth_Bps);
+  EXPECT_EQ(s.cpu.shared_cores, static_cast<int>(std::thread::hardware_concurrency())) << text;
+  EXPECT_EQ(s.cpu.core_scope, "host") << text;
   // What a scenario with the fragment appended simulates.
   const auto with_cpu = dir / "with_cpu.toml";
   std::ofstream(with_cpu) << read_text(PSTWIN_SOURCE_DIR "/scenarios/quickstart.toml") << "\n" << text;

@@ -241,6 +241,12 @@ int run_calibrate(const CalibrateOptions& options) {
            << "[cpu]\n";
   for (const auto& [path, value] : fitted)
     fragment << path.substr(path.find('.') + 1) << " = " << value << "\n";
+  // Where nodes share this machine's CPUs (placed on one host, or a loopback or namespace cluster with
+  // core_scope = "machine"), their costs wait for a free one; elsewhere the field changes nothing.
+  const unsigned cpus = std::clamp(std::thread::hardware_concurrency(), 1u, 4096u);
+  fragment << "# this machine's CPUs, shared by the nodes of one host (core_scope = \"machine\": of every "
+              "host)\n"
+           << "shared_cores = " << cpus << "\n";
 
   if (!options.quiet) std::cerr << table.str() << summary << "\n";
   if (options.out.empty()) {

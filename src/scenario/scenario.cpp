@@ -71,6 +71,7 @@ constexpr std::array<std::pair<DeviceKind, std::string_view>, 2> kDeviceNames{
 constexpr std::array<std::pair<LocalReduce, std::string_view>, 3> kLocalReduceNames{
     {{LocalReduce::kNone, "none"}, {LocalReduce::kShm, "shm"}, {LocalReduce::kNccl, "nccl"}}};
 constexpr std::array<std::string_view, 3> kNetworkModels{"LV08", "CM02", "SMPI"};
+constexpr std::array<std::string_view, 2> kCoreScopes{"host", "machine"};
 constexpr std::array<std::string_view, 3> kSimNetworkModels{"simgrid", "flow", "fifo"};
 constexpr std::array<std::string_view, 3> kFifoHosts{"epoll", "kernel-pacing", "turns"};
 constexpr std::array<std::string_view, 2> kFifoLinkBuckets{"tbf", "none"};
@@ -1251,6 +1252,16 @@ std::vector<Field> make_registry() {
   f.push_back(make_field("cpu.receive_bandwidth", PSTWIN_MEMBER(cpu.receive_bandwidth_Bps), rate,
                          "Simulator: per-byte part of the receive cost, a message's bytes at this rate. 0: "
                          "none."));
+  f.push_back(make_field(
+      "cpu.shared_cores", PSTWIN_MEMBER(cpu.shared_cores), IntCodec{0},
+      "Simulator: the cores that the `net` lanes of the nodes placed together share (see cpu.core_scope): "
+      "each send or receive cost then also needs one of them, booked in the order charged, so nodes whose "
+      "lanes would overlap wait for a free core, as node processes on too few cores do. `pstwin calibrate` "
+      "writes this machine's CPU count. 0: every lane runs on a core of its own."));
+  f.push_back(make_field(
+      "cpu.core_scope", PSTWIN_MEMBER(cpu.core_scope), ChoiceCodec{kCoreScopes},
+      "With cpu.shared_cores: `host`: each host has that many cores, shared by the nodes placed on it; "
+      "`machine`: every host runs on one machine of that many cores (a loopback or namespace cluster)."));
   // [network]
   f.push_back(make_field("network.model", PSTWIN_MEMBER(network.model), ChoiceCodec{kNetworkModels},
                          "SimGrid network model."));
@@ -1679,6 +1690,7 @@ class Validator {
     check_device();
     check_local_reduce();
     check_zeno();
+    check_cpu();
     check_faults();
     const auto& window = s_.output.trace_iterations;
     if (!window.empty() && (window.size() != 2 || window[0] >= window[1]))
@@ -1858,6 +1870,24 @@ class Validator {
       refuse("makes a host's workers one push, which ps.backup_workers > 0 cannot drop separately");
     if (s_.ps.continues_on_worker_loss())
       refuse("cannot go on without a host's root worker (ps.on_worker_loss = \"continue\")");
+  }
+
+  void check_cpu() const {
+    const auto& cpu = s_.cpu;
+    constexpr int kMaxCores = 4096;  // each core is a list of bookings, searched per charge
+    if (cpu.shared_cores > kMaxCores)
+      fail("cpu.shared_cores", "must be at most " + std::to_string(kMaxCores) +
+                                   " (cores per host or machine); 0 gives every lane a core of its own");
+    if (cpu.shared_cores > 0 && !cpu.charged())
+      fail("cpu.shared_cores",
+           "shares the cores on which the van's costs run, and no cost is set; set cpu.send_per_message, "
+           "cpu.send_bandwidth, cpu.receive_per_message or cpu.receive_bandwidth (`pstwin calibrate` "
+           "writes them), or remove cpu.shared_cores");
+    // "host", the default, is accepted alone: a resolved scenario (`pstwin check`) writes every field.
+    if (cpu.shared_cores == 0 && cpu.core_scope != "host")
+      fail("cpu.core_scope",
+           "says what shares cpu.shared_cores, which is 0 (a core per lane); set cpu.shared_cores to the "
+           "cores of a host or machine, e.g. 2, or remove cpu.core_scope");
   }
 
   // Rule and attack names and their own parameters are checked by src/zeno when the run is built.

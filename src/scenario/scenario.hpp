@@ -193,6 +193,10 @@ struct CpuConfig {
   double receive_per_message_s = 0;
   double send_bandwidth_Bps = 0;  // per-byte part: bytes / this (0: none)
   double receive_bandwidth_Bps = 0;
+  // The cores the net lanes of the nodes on one host (core_scope "host") or of every host
+  // ("machine": a loopback or namespace cluster on one machine) share; 0: a core per lane.
+  int shared_cores = 0;
+  std::string core_scope = "host";
   bool charged() const {
     return send_per_message_s > 0 || receive_per_message_s > 0 || send_bandwidth_Bps > 0 ||
            receive_bandwidth_Bps > 0;
