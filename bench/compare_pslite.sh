@@ -7,9 +7,12 @@
 # alone (docs/PERFORMANCE.md).
 #
 # usage: bench/compare_pslite.sh [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR]
+#                                [--set FIELD=VALUE]...
 #   --anchors: the folder holding ps-lite/ and harness/ (default: ../shared/anchors beside the
 #   repository). It is copied to build/anchors and built there once (ps-lite needs libprotobuf-dev
 #   and protobuf-compiler); bench_loopback must be built (cmake --build build --target bench_loopback).
+#   --set: passed on to bench_loopback (pstwin's side only), e.g. --set ps.partition_bytes=4096000 to
+#   split each value as pstwin's default partitioning does (the harness sends one message per value).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,13 +20,15 @@ ANCHORS="$ROOT/../shared/anchors"
 ROUNDS=3
 VAN=epoll
 SIZES=4KB,1MB,16MB
+SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --van) VAN=$2; shift 2 ;;
     --sizes) SIZES=$2; shift 2 ;;
     --anchors) ANCHORS=$2; shift 2 ;;
-    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR]" >&2; exit 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
+    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR] [--set FIELD=VALUE]..." >&2; exit 2 ;;
   esac
 done
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "compare_pslite.sh: --rounds '$ROUNDS': expected a whole number >= 1" >&2; exit 2 ;; esac
@@ -51,9 +56,9 @@ fi
 # pstwin reads 4KB as 4000 bytes, the harness as 4096: give pstwin the binary unit.
 PSTWIN_SIZES=$(echo "$SIZES" | sed -e 's/KB/KiB/g' -e 's/MB/MiB/g' -e 's/GB/GiB/g')
 OUT=$(mktemp -d -t pstwin-vs-pslite.XXXXXX)
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; van $VAN; sizes $SIZES; $ROUNDS rounds; logs in $OUT"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; van $VAN; sizes $SIZES; $ROUNDS rounds;${SETS[*]:+ pstwin ${SETS[*]};} logs in $OUT"
 for round in $(seq 1 "$ROUNDS"); do
-  "$BENCH" --van "$VAN" --sizes "$PSTWIN_SIZES" > "$OUT/pstwin.$round.txt" 2>&1 ||
+  "$BENCH" --van "$VAN" --sizes "$PSTWIN_SIZES" "${SETS[@]}" > "$OUT/pstwin.$round.txt" 2>&1 ||
     { echo "compare_pslite.sh: bench_loopback failed; see $OUT/pstwin.$round.txt" >&2; exit 1; }
   OUT="$OUT/pslite.$round" BIN="$WORK/harness/pslite_bench" "$WORK/harness/run_pslite.sh" --sizes "$SIZES" \
     > "$OUT/pslite.$round.txt" 2>&1 ||

@@ -33,11 +33,11 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::uint64_t reused() const;  // buffers handed out again instead of allocated
 
  private:
-  void give_back(std::byte* raw, std::size_t capacity);
+  void give_back(void* raw, std::size_t capacity);  // raw: what malloc returned
 
   const std::uint64_t max_cached_bytes_;
   mutable std::mutex mutex_;
-  std::map<std::size_t, std::vector<std::byte*>> idle_;  // by capacity
+  std::map<std::size_t, std::vector<void*>> idle_;  // malloc's pointers, by capacity
   std::uint64_t cached_bytes_ = 0;
   std::uint64_t reused_ = 0;
 };
