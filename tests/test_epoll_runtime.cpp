@@ -52,15 +52,16 @@ std::string problems(const RunReport& report) {
   return out;
 }
 
-// Every push and pull response the nodes of a trace.json received, as (name, key, iteration, wire
-// bytes) from the spans' args: what a per-key analysis of a trace reads (docs/FPT.md).
+// Every push and pull response (separate or fused) the nodes of a trace.json received, as (name, key,
+// iteration, wire bytes) from the spans' args: what a per-key analysis of a trace reads (docs/FPT.md).
 std::multiset<std::tuple<std::string, std::uint64_t, std::uint32_t, std::uint64_t>> received_data(
     const nlohmann::json& trace) {
   std::multiset<std::tuple<std::string, std::uint64_t, std::uint32_t, std::uint64_t>> out;
   for (const auto& event : trace.at("traceEvents")) {
     if (event.at("ph") != "X" || event.at("cat") != "receive") continue;
     const auto name = event.at("name").get<std::string>();
-    if (name != "push" && name != "pull response") continue;
+    if (name != "push" && name != "pull response" && name != "push_pull" && name != "push_pull response")
+      continue;
     const auto& args = event.at("args");
     out.emplace(name, args.at("key").get<std::uint64_t>(), args.at("iteration").get<std::uint32_t>(),
                 args.at("bytes").get<std::uint64_t>());

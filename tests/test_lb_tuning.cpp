@@ -147,12 +147,12 @@ TEST(LbTuning, FieldsTheScenarioSetsAreKept) {
   Scenario plain = parse(kHetero);
   plain.roles.validators = 1;
   EXPECT_FALSE(lb_tuning(plain).fused);
-  // Hash balancing: BytePS's defaults, nothing chosen.
+  // Hash balancing: BytePS's partition and credit, nothing chosen; push_pull is pstwin's default.
   const Scenario hash = parse(kHetero, {{"ps.balancing", "hash"}});
   EXPECT_FALSE(hash.lb_chosen);
   EXPECT_EQ(hash.ps.partition_bytes, 4096000u);
   EXPECT_EQ(hash.ps.scheduling_credit, 4);
-  EXPECT_EQ(hash.ps.push_pull, PushPullMode::kSeparate);
+  EXPECT_EQ(hash.ps.push_pull, PushPullMode::kFused);
 }
 
 TEST(LbTuning, ResolvedScenarioKeepsTheChoiceAndTheJob) {

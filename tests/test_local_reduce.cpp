@@ -250,6 +250,11 @@ Scenario host_job_scenario() {
       "local-reduce-test");
 }
 
+// A push, separate or fused (the default).
+bool is_push(const Message& m) {
+  return m.header.command == Command::kPush || m.header.command == Command::kPushPull;
+}
+
 Message local_reduce(NodeId from, NodeId to, std::uint64_t key, std::uint32_t iteration, bool response) {
   Message m;
   m.header.sender = from;
@@ -267,8 +272,7 @@ TEST(LocalReduce, HarnessJobSumsExactlyAndOnlyRootsReachTheServer) {
   // Workers 1 and 2 talk only to their root (and the scheduler); 0 and 3 push for their hosts.
   for (int w = 0; w < 4; ++w) {
     const auto& sent = job.runtimes[static_cast<std::size_t>(2 + w)]->sent;
-    const bool pushed =
-        std::ranges::any_of(sent, [](const Message& m) { return m.header.command == Command::kPush; });
+    const bool pushed = std::ranges::any_of(sent, is_push);
     EXPECT_EQ(pushed, w == 0 || w == 3) << "worker " << w;
   }
 }
@@ -278,10 +282,7 @@ TEST(LocalReduce, ForgedLocalReduceMessagesAreIgnoredNotFatal) {
   const std::uint64_t key = job.workload.partitions().front().key;
   // Once the root pushes, forged requests and answers from everyone who should not send them.
   job.start();
-  job.harness.run([&] {
-    return std::ranges::any_of(job.runtimes[2]->sent,
-                               [](const Message& m) { return m.header.command == Command::kPush; });
-  });
+  job.harness.run([&] { return std::ranges::any_of(job.runtimes[2]->sent, is_push); });
   job.harness.deliver("worker0@h2", local_reduce(worker_id(3), worker_id(0), key, 0, false));  // other host
   job.harness.deliver("worker0@h2", local_reduce(worker_id(1), worker_id(0), 999999, 0, false));  // no key
   job.harness.deliver("worker0@h2", local_reduce(worker_id(1), worker_id(0), key, 7, false));     // iteration
@@ -517,8 +518,7 @@ TEST(LocalReduce, NcclHarnessJobSumsExactlyAndOnlyRootsReachTheServer) {
   }
   for (int w = 0; w < 4; ++w) {
     const auto& sent = job.runtimes[static_cast<std::size_t>(2 + w)]->sent;
-    const bool pushed =
-        std::ranges::any_of(sent, [](const Message& m) { return m.header.command == Command::kPush; });
+    const bool pushed = std::ranges::any_of(sent, is_push);
     EXPECT_EQ(pushed, w == 0 || w == 3) << "worker " << w;
     if (w != 1 && w != 2) continue;
     for (const auto& m : sent) {
@@ -534,10 +534,7 @@ TEST(LocalReduce, NcclForgedMessagesAreIgnoredNotFatal) {
   HostJob job(nccl_job_scenario());
   const std::uint64_t key = job.workload.partitions().front().key;
   job.start();
-  job.harness.run([&] {
-    return std::ranges::any_of(job.runtimes[2]->sent,
-                               [](const Message& m) { return m.header.command == Command::kPush; });
-  });
+  job.harness.run([&] { return std::ranges::any_of(job.runtimes[2]->sent, is_push); });
   using Op = DeviceReduceOp;
   auto deliver = [&](const std::string& to, Message m) { job.harness.deliver(to, std::move(m)); };
   // To the root (worker 0): a stranger's ready, a ready of no key, of an iteration not running, and a

@@ -560,8 +560,8 @@ TEST(ZmqRuntime, PstwinRunReportsMessagesAndOneTraceOfEveryNode) {
   const auto dir = std::filesystem::temp_directory_path() / ("pstwin-zmq-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  testing::ChildProcess run({"run", "scenarios/quickstart.toml", "--out", (dir / "out").string(), "-q",
-                             "--set", "workload.iterations=2"},
+  testing::ChildProcess run({"run", "scenarios/quickstart.toml", "--van", "zmq", "--out",
+                             (dir / "out").string(), "-q", "--set", "workload.iterations=2"},
                             dir / "log");
   const auto code = run.wait_until(std::chrono::steady_clock::now() + 60s);
   const auto results = nlohmann::json::parse(testing::read_text(dir / "out" / "results.json"));
@@ -589,7 +589,8 @@ TEST(ZmqRuntime, PstwinRunReportsMessagesAndOneTraceOfEveryNode) {
       const auto& args = event.at("args");
       EXPECT_GE(args.at("bytes").get<std::uint64_t>(), kHeaderBytes) << event.dump();
       EXPECT_LT(args.at("iteration").get<std::uint32_t>(), 3u) << event.dump();
-      if (event.at("name") == "push") ++pushes_by_iteration[args.at("iteration").get<std::uint32_t>()];
+      if (event.at("name") == "push" || event.at("name") == "push_pull")  // separate or fused (the default)
+        ++pushes_by_iteration[args.at("iteration").get<std::uint32_t>()];
     }
     if (category == "engine" && event.at("name") == "aggregate") ++aggregates;
   }

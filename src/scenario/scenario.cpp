@@ -963,7 +963,7 @@ std::vector<Field> make_registry() {
       "ps.push_pull", PSTWIN_MEMBER(ps.push_pull), EnumCodec<PushPullMode>{kPushPullNames},
       "`separate`: push, then pull once the push is acknowledged (BytePS); `fused`: one push_pull request "
       "whose reply carries the aggregate (ps-lite's ZPushPull): one round trip per partition instead of "
-      "two. With ps.balancing = \"lb\" and the field left out: fused unless the job has validators."));
+      "two. Left out: fused, unless the job has validators (separate)."));
   f.push_back(make_field(
       "ps.local_reduce", PSTWIN_MEMBER(ps.local_reduce), EnumCodec<LocalReduce>{kLocalReduceNames},
       "BytePS's hierarchical mode. `none`: every worker pushes and pulls. `shm`: the workers of one host "
@@ -1674,6 +1674,7 @@ class Validator {
     check_name();
     check_tensors();
     choose_lb_tuning();
+    choose_push_pull();
     // Before anything sized by the scenario is built (hosts, tensors, nodes).
     if (const auto problem = check_resources(s_)) fail(problem->field, problem->problem);
     check_hosts();
@@ -1727,6 +1728,14 @@ class Validator {
     choice.network_model = s_.sim.network_model;
     choice.pipeline_messages = s_.sim.pipeline_messages;
     s_.lb_chosen = choice;
+  }
+
+  // ps.push_pull left out (and not chosen by "lb" above): fused where the protocol allows, since it
+  // costs one round trip per partition instead of two; separate with validators, whose verdicts a
+  // fused reply cannot wait for.
+  void choose_push_pull() const {
+    if (s_.lb_chosen || find_node(root_, "ps.push_pull") != nullptr) return;
+    s_.ps.push_pull = s_.roles.validators > 0 ? PushPullMode::kSeparate : PushPullMode::kFused;
   }
 
   // "where: path = value", the value as the file wrote it or else as resolved.

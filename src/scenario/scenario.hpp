@@ -69,9 +69,10 @@ struct PsConfig {
   KeyHash key_hash = KeyHash::kDjb2;        // BYTEPS_KEY_HASH_FN
   int server_engine_threads = 4;            // BYTEPS_SERVER_ENGINE_THREAD
   int scheduling_credit = 4;  // BYTEPS_SCHEDULING_CREDIT: partitions in flight per worker, 0 = no limit
-  PushPullMode push_pull = PushPullMode::kSeparate;
-  bool priority_scheduling = true;  // false: every partition priority 0, pushed in the order staged  //
-                                    // fused: one request, the reply carries the aggregate
+  // fused: one request, the reply carries the aggregate; the loader picks separate for a job with
+  // validators that leaves the field out
+  PushPullMode push_pull = PushPullMode::kFused;
+  bool priority_scheduling = true;  // false: every partition priority 0, pushed in the order staged
   double heartbeat_interval_s = 1.0;
   double heartbeat_timeout_s = 10.0;
   double connect_timeout_s = 10.0;  // how long a node waits for the scheduler's node table
