@@ -133,6 +133,7 @@ class Stream {
   double reader_delay(double bytes);
   double control_latency();                 // a header-only message's cost: the route's latency
   double route_latency();                   // the route's one-way latency (x the latency factor)
+  void measure_route();                     // sets both latencies above
   void transmit(std::uint64_t wire_bytes);  // SimGrid's model: blocks the stream's actor
   SimNode& from_;
   SimNode& to_;

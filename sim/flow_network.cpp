@@ -29,6 +29,7 @@ int MaxMinFlows::add_link(double capacity) {
   links_.push_back({});
   links_.back().capacity = capacity;
   level_.push_back(kInf);
+  slack_.push_back(0);
   link_next_.push_back(kInf);
   return static_cast<int>(links_.size()) - 1;
 }
@@ -69,12 +70,16 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
   for (const auto& use : flow.uses) {
     Link& link = links_[static_cast<std::size_t>(use.link)];
     link.flows.push_back(id);
-    Member member{id, use.weight / flow.penalty, flow.bound * flow.penalty, 0, {}};
+    Member member{id, use.weight / flow.penalty, flow.bound * flow.penalty, 0, false, {}, flow.penalty};
     if (spilled) {
       member.count = Member::kSpilled;
     } else {
-      for (const auto& other : flow.uses)
-        if (other.link != use.link) member.others[member.count++] = other.link;
+      member.unit = true;
+      for (const auto& other : flow.uses) {
+        if (other.link == use.link) continue;
+        member.others[member.count++] = other.link;
+        member.unit = member.unit && other.weight == 1.0;
+      }
     }
     link.members.push_back(member);
     dirty_.push_back(use.link);
@@ -106,8 +111,15 @@ void MaxMinFlows::remove_flow(double now, std::uint64_t id) {
   for (const auto& use : flow.uses) {
     Link& link = links_[static_cast<std::size_t>(use.link)];
     const auto at = std::find(link.flows.begin(), link.flows.end(), id) - link.flows.begin();
-    link.flows.erase(link.flows.begin() + at);
-    link.members.erase(link.members.begin() + at);
+    link.flows[static_cast<std::size_t>(at)] = Member::kHole;
+    link.members[static_cast<std::size_t>(at)].id = Member::kHole;
+    // Close the holes once they outnumber the flows, keeping the flows' order (water filling sums in
+    // it): linear work once per as many ends as there are flows.
+    if (++link.holes > link.flows.size() / 2) {
+      std::erase(link.flows, Member::kHole);
+      std::erase_if(link.members, [](const Member& member) { return member.id == Member::kHole; });
+      link.holes = 0;
+    }
     dirty_.push_back(use.link);
   }
   flow.active = false;
@@ -148,6 +160,7 @@ double MaxMinFlows::water_level(int index, double& slack) const {
   capped.clear();
   double free_weight = 0;
   for (const Member& member : link.members) {
+    if (member.id == Member::kHole) continue;
     const double weight = member.share;
     double cap = member.own_cap;
     if (member.count == Member::kSpilled) {
@@ -172,7 +185,9 @@ double MaxMinFlows::water_level(int index, double& slack) const {
       return kInf;
     }
   }
-  std::sort(capped.begin(), capped.end());
+  // Usually still in order from the last call (three in four at 1024 workers): checking is cheaper
+  // than sorting again. Either way the sums below run in the one sorted order.
+  if (!std::is_sorted(capped.begin(), capped.end())) std::sort(capped.begin(), capped.end());
   double weight = free_weight;
   for (const auto& [cap, w] : capped) weight += w;
   std::size_t left = capped.size() + (free_weight > 0 ? 1 : 0);  // groups not yet capped
@@ -254,9 +269,7 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
       converged = false;
       continue;  // drain the queue, then solve exactly
     }
-    double slack = 0;
-    const double level = water_level(index, slack);
-    link.slack = slack;
+    const double level = water_level(index, slack_[static_cast<std::size_t>(index)]);
     const double old = link.level;
     if (same_level(level, old)) continue;
     advance(link, now);
@@ -265,34 +278,43 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
     refresh.push_back(index);
     const double low = std::min(level, old);
     // This level moved: does the flow `id`'s other link `other_index` need re-levelling?
-    auto propagate = [&](std::uint64_t id, int other_index) {
+    // Inlined: called for every other link of every flow of a moved link.
+    auto propagate = [&](const Member& member, int other_index) __attribute__((always_inline)) {
       const double other_level = level_[static_cast<std::size_t>(other_index)];
       // A saturated link only sees this one if the flow may be capped below its level; an
       // unsaturated one can only fill up if this level rose, by more than its slack.
       bool matters = low < other_level;
-      Link& other = links_[static_cast<std::size_t>(other_index)];
       if (std::isinf(other_level) && level > old) {
         // The flow's cap rises by at most the rise of this level, its demand on `other` by that
         // times its weight there.
-        const Flow& flow = flows_[id];
-        const auto use = std::ranges::find(flow.uses, other_index, &Use::link);
-        other.slack -= std::isinf(level) ? kInf : (level - old) * use->weight / flow.penalty;
-        matters = !(other.slack > 0);
+        double& slack = slack_[static_cast<std::size_t>(other_index)];
+        if (std::isinf(level)) {
+          slack -= kInf;
+        } else if (member.unit) {
+          slack -= (level - old) * 1.0 / member.penalty;
+        } else {
+          const Flow& flow = flows_[member.id];
+          const auto use = std::ranges::find(flow.uses, other_index, &Use::link);
+          slack -= (level - old) * use->weight / flow.penalty;
+        }
+        matters = !(slack > 0);
       } else if (std::isinf(other_level)) {
         matters = false;
       }
+      Link& other = links_[static_cast<std::size_t>(other_index)];
       if (matters && !other.queued) {
         other.queued = true;
         queue.push_back(other_index);
       }
     };
     for (const Member& member : link.members) {
+      if (member.id == Member::kHole) continue;
       touch(member.id);
       if (member.count == Member::kSpilled) {
         for (const auto& use : flows_[member.id].uses)
-          if (use.link != index) propagate(member.id, use.link);
+          if (use.link != index) propagate(member, use.link);
       } else {
-        for (std::uint8_t k = 0; k < member.count; ++k) propagate(member.id, member.others[k]);
+        for (std::uint8_t k = 0; k < member.count; ++k) propagate(member, member.others[k]);
       }
     }
   }
@@ -300,14 +322,15 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
     // Local re-levelling did not settle: take every level from the exact solution.
     const auto levels = exact_levels();
     // Rises the drained queue never spent: no slack is known any more.
-    for (auto& link : links_) link.slack = 0;
+    std::ranges::fill(slack_, 0.0);
     for (std::size_t i = 0; i < links_.size(); ++i) {
       if (same_level(levels[i], links_[i].level)) continue;
       advance(links_[i], now);
       links_[i].level = levels[i];
       level_[i] = levels[i];
       refresh.push_back(static_cast<int>(i));
-      for (const auto id : links_[i].flows) touch(id);
+      for (const auto id : links_[i].flows)
+        if (id != Member::kHole) touch(id);
     }
   }
   // Each touched flow follows the link (or bound) that now limits it.
@@ -414,10 +437,9 @@ FlowNetwork::FlowNetwork(double bandwidth_factor, double latency_factor, bool cr
 }
 
 int FlowNetwork::link_index(const s4u::Link* link) {
-  auto it = link_ids_.find(link->get_name());
+  auto it = link_ids_.find(link);
   if (it == link_ids_.end())
-    it = link_ids_.emplace(link->get_name(), solver_.add_link(bandwidth_factor_ * link->get_bandwidth()))
-             .first;
+    it = link_ids_.emplace(link, solver_.add_link(bandwidth_factor_ * link->get_bandwidth())).first;
   return it->second;
 }
 

@@ -66,11 +66,16 @@ class MaxMinFlows {
   // A flow as one of its links sees it.
   struct Member {
     static constexpr std::uint8_t kSpilled = 0xff;  // more other links than fit: read its Flow
+    static constexpr std::uint64_t kHole = std::numeric_limits<std::uint64_t>::max();  // id of a flow gone
     std::uint64_t id = 0;
     double share = 0;    // this link's weight / penalty: the flow's rate per unit of level
     double own_cap = 0;  // bound x penalty: the level above which its bound holds it
     std::uint8_t count = 0;
+    bool unit = false;            // its weight on each other link is 1 (no cross traffic, no shared link)
     std::array<int, 7> others{};  // its other links
+    // Its penalty: with `unit`, relevel spends a neighbour's slack without reading the flow's record
+    // (a cache miss per member of a busy server link at 8192 workers).
+    double penalty = 1;
   };
   struct Link {
     double capacity = 0;
@@ -78,18 +83,17 @@ class MaxMinFlows {
     double clock = 0;           // integral of level over time, up to `updated`
     double updated = 0;
     bool queued = false;
-    // While unsaturated: a lower bound on capacity minus the demand of its flows at their caps. A
-    // neighbour's rising level spends it; only when it runs out can this link fill, so only then is
-    // it re-levelled (with many flows, almost every neighbour of a moved level stays unsaturated).
-    double slack = 0;
-    std::vector<std::uint64_t> flows;  // every flow using it
+    // Every flow using it, in the order they joined; a flow that left is a hole (kHole) until holes
+    // outnumber flows: erasing in place moved the rest of a busy server link's list at every end.
+    std::vector<std::uint64_t> flows;
+    std::size_t holes = 0;
     // What water filling reads of each flow, in the order of `flows` (the sums' order, so results
     // stay bit for bit), packed: reading it through `flows_` cost a cache miss per flow.
     std::vector<Member> members;
     std::set<std::pair<double, std::uint64_t>> done;  // bottlenecked flows by virtual finish
   };
   void advance(Link& link, double now);
-  double water_level(int link, double& slack) const;  // slack: as Link::slack, 0 when saturated
+  double water_level(int link, double& slack) const;  // slack: as slack_, 0 when saturated
   double cap_level(const Flow& flow, int except) const;
   void relevel(double now, std::uint64_t fresh);  // after the links in dirty_ gained or lost flows
   std::vector<double> exact_levels() const;
@@ -98,7 +102,12 @@ class MaxMinFlows {
   void refresh_completion(int link);
 
   std::vector<Link> links_;
-  std::vector<double> level_;        // links_[i].level, packed: what water filling reads most
+  std::vector<double> level_;  // links_[i].level, packed: what water filling reads most
+  // By link, packed as level_: while unsaturated, a lower bound on capacity minus the demand of its
+  // flows at their caps. A neighbour's rising level spends it; only when it runs out can this link
+  // fill, so only then is it re-levelled (with many flows, almost every neighbour of a moved level
+  // stays unsaturated).
+  std::vector<double> slack_;
   std::vector<Flow> flows_;          // by id; ids of finished flows are reused, lowest first
   std::vector<std::uint64_t> seen_;  // by flow id: the last relevel pass that touched it
   std::set<std::uint64_t> free_ids_;
@@ -144,7 +153,9 @@ class FlowNetwork final : public DaemonNetwork {
   double weight_s_;
   double tcp_gamma_;
   MaxMinFlows solver_;
-  std::map<std::string, int, std::less<>> link_ids_;
+  // By SimGrid's link: looked up once per link of each new route (a million routes at 8192 workers x
+  // 64 servers), never iterated. Keyed by name it compared strings at every lookup.
+  std::unordered_map<const simgrid::s4u::Link*, int> link_ids_;
   // By (from, to): looked up once per flow, never iterated, so hashed (the key's order decides
   // nothing). Elements stay where they are: a starting flow holds its route by reference.
   struct HostPairHash {
