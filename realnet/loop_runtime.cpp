@@ -377,9 +377,14 @@ bool LoopRuntime::pool_turn() {
   long sleep = -1;
   try {
     for (int round = 0; round < kRoundsPerTurn && !halt_.load(); ++round) {
-      wake_pending_.store(false);  // as in run_loop: a post after this look wakes the node again
-      wait(0);                     // what made the descriptor readable: frames, writable sockets
+      wait(0);  // what made the descriptor readable: frames, writable sockets
       run_round();
+      // Cleared after the round, just before the look at the queue, as run_loop does before it
+      // sleeps: a post that came while the flag was still set (by a post whose wake-up this round's
+      // wait consumed) did not wake the node, so only this look finds its event, and a post after it
+      // wakes the node again. Cleared before the round instead, such an event waited for the node's
+      // next timer (up to a heartbeat interval).
+      wake_pending_.store(false);
       sleep = sleep_ms();
       if (sleep != 0) break;
     }

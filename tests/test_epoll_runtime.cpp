@@ -568,5 +568,56 @@ TEST(EpollVan, APoolThreadRunsTimersAndMessagesOfSeveralNodes) {
   EXPECT_FALSE(host.failed()) << host.failure();
 }
 
+// Two chains of executor tasks on a pooled node with no timer at all: every task's `done` is posted
+// from its lane's thread and must wake the node by itself. A post that found the node's wake flag
+// still set by an earlier post (whose wake-up the turn had already consumed) used to be left in the
+// queue until the node's next timer; here there is none, so one such post would stop its chain.
+class LaneChains final : public Node {
+ public:
+  LaneChains(Runtime& rt, int steps) : rt_(rt), steps_(steps) {}
+  void start() override {
+    for (int lane = 0; lane < 2; ++lane) step(lane);
+  }
+  void on_message(Message) override {}
+  std::string describe_state() const override { return "chains"; }
+  int done() const { return done_.load(); }
+
+ private:
+  void step(int lane) {
+    if (left_[lane]-- == 0) return;
+    // 20 us: above NodeRuntimeOptions::inline_task_below_s, so the task runs on its lane's thread.
+    const ComputeCost cost{.seconds = 20e-6};
+    rt_.executor("engine", 2)
+        .submit(
+            lane, "step", cost, [] {},
+            [this, lane] {
+              ++done_;
+              step(lane);
+            });
+  }
+  Runtime& rt_;
+  int steps_;
+  int left_[2] = {steps_, steps_};
+  std::atomic<int> done_ = 0;
+};
+
+TEST(EpollVan, EveryLanePostWakesAPooledNodeThatHasNoTimer) {
+  constexpr int kSteps = 5000;
+  realnet::LoopPool pool(1);
+  realnet::LocalHost host({});
+  auto options = labelled("chains");
+  options.pool = &pool;
+  realnet::EpollNodeRuntime node(host, options);
+  auto chains = std::make_unique<LaneChains>(node, kSteps);
+  const LaneChains& progress = *chains;
+  node.attach(std::move(chains));
+  node.start();
+  const auto deadline = Clock::now() + 60s;
+  while (progress.done() < 2 * kSteps && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(progress.done(), 2 * kSteps);
+  node.halt();
+  EXPECT_FALSE(host.failed()) << host.failure();
+}
+
 }  // namespace
 }  // namespace pstwin
