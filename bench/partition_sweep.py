@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Partition-size sweep, simulated and real: does the twin rank partition sizes as the real job does?
 
-    bench/partition_sweep.py [--pstwin BIN] [--van zmq|epoll] [--cpu FRAGMENT] [--sizes 16KB,...]
+    bench/partition_sweep.py [--pstwin BIN] [--van epoll|zmq] [--cpu FRAGMENT] [--sizes 16KB,...]
                              [--iterations N] [--netns [--bandwidth RATE]] [--out DIR]
                              [--set FIELD=VALUE]...
 
@@ -108,7 +108,7 @@ def table(title, sizes, sim, real):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pstwin", default="build/pstwin")
-    parser.add_argument("--van", default="zmq", choices=["zmq", "epoll"])
+    parser.add_argument("--van", default="epoll", choices=["zmq", "epoll"])
     parser.add_argument("--cpu", help="[cpu] fragment from `pstwin calibrate` (default: calibrate first)")
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--iterations", type=int, default=8)
