@@ -20,8 +20,9 @@ namespace pstwin::realnet {
 
 namespace {
 
-constexpr double kRetryConnectS = 0.02;    // a refused peer's listener is tried again this often
-constexpr double kMaxRetryConnectS = 1.0;  // ... and a lost peer's, backing off to this
+constexpr double kRetryConnectS = 0.02;     // a refused peer's listener is tried again this often
+constexpr double kMaxRetryConnectS = 1.0;   // ... and a lost peer's, backing off to this
+constexpr int kLostConnectTimeoutMs = 200;  // a lost peer's listener that does not answer: tried later
 
 EpollTransport::Options transport_options(const NodeRuntimeOptions& options) {
   const auto where = split_host_port(options.bind, /*any_port=*/true);
@@ -115,7 +116,9 @@ void EpollNodeRuntime::bind_peer(NodeId id, const std::string& address) {
 
 bool EpollNodeRuntime::try_connect(NodeId id, Pending& pending) {
   bool refused = false;
-  if (const auto error = transport_->connect(id, pending.host, pending.port, &refused)) {
+  // A lost peer's host may be down: its connect is bounded, so the loop (and its heartbeats) goes on.
+  const int timeout_ms = pending.lost ? kLostConnectTimeoutMs : -1;
+  if (const auto error = transport_->connect(id, pending.host, pending.port, &refused, timeout_ms)) {
     if (!refused) fail(*error);
     return false;
   }

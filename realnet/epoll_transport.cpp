@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -236,7 +237,7 @@ void EpollTransport::report_in(const InConnection& c, const std::string& field, 
 }
 
 std::optional<std::string> EpollTransport::connect(NodeId peer, const std::string& host, std::uint16_t port,
-                                                   bool* refused) {
+                                                   bool* refused, int timeout_ms) {
   if (refused != nullptr) *refused = false;
   if (peer == kNoNode)
     return "connect: peer is kNoNode (" + std::to_string(kNoNode) + "): pass the peer's node id";
@@ -248,12 +249,27 @@ std::optional<std::string> EpollTransport::connect(NodeId peer, const std::strin
   }
   const std::string name =
       "connection to node " + std::to_string(peer) + " at " + host + ":" + std::to_string(port);
-  FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (timeout_ms >= 0 ? SOCK_NONBLOCK : 0), 0));
   if (fd.get() < 0) return name + ": socket: " + errno_text(errno);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    const int error = errno;
-    if (refused != nullptr) *refused = error == ECONNREFUSED;
-    return name + ": connect: " + errno_text(error);
+    int error = errno;
+    if (error == EINPROGRESS) {
+      pollfd writable{fd.get(), POLLOUT, 0};
+      int ready = 0;
+      do {
+        ready = ::poll(&writable, 1, timeout_ms);
+      } while (ready < 0 && errno == EINTR);
+      if (ready == 0) {
+        if (refused != nullptr) *refused = true;  // tried again later, as a listener not up yet
+        return name + ": connect: no answer within " + std::to_string(timeout_ms) + " ms";
+      }
+      socklen_t size = sizeof error;
+      if (ready < 0 || ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+    }
+    if (error != 0) {
+      if (refused != nullptr) *refused = error == ECONNREFUSED;
+      return name + ": connect: " + errno_text(error);
+    }
   }
   set_int_option(fd.get(), IPPROTO_TCP, TCP_NODELAY, 1);
   if (options_.notsent_lowat > 0)

@@ -111,9 +111,11 @@ class EpollTransport {
   void set_self(NodeId id) { self_.store(id); }
 
   // Opens our connection to `peer` listening at host:port (blocking). An error names the field at
-  // fault; `refused`, if given, tells whether nothing listened there (yet).
+  // fault; `refused`, if given, tells whether nothing listened there (yet). `timeout_ms` >= 0 bounds
+  // the wait: a peer whose host does not answer (down, or its listener's queue full) counts as refused
+  // after that long, instead of holding the caller for the kernel's SYN retries (minutes).
   [[nodiscard]] std::optional<std::string> connect(NodeId peer, const std::string& host, std::uint16_t port,
-                                                   bool* refused = nullptr);
+                                                   bool* refused = nullptr, int timeout_ms = -1);
 
   // Queues `message` for `peer` (sender and recipient are filled in). Thread-safe. An error if the
   // peer was never connected, its connection was lost, or the transport stopped.

@@ -568,6 +568,39 @@ TEST(EpollVan, APoolThreadRunsTimersAndMessagesOfSeveralNodes) {
   EXPECT_FALSE(host.failed()) << host.failure();
 }
 
+// A listener whose accept queue is full drops new SYNs, as a host that is down never answers: a
+// connect bounded by a timeout gives up after it, counted as refused (tried again later), instead of
+// holding the node's loop for the kernel's SYN retries.
+TEST(EpollVan, AConnectThatGetsNoAnswerGivesUpAtItsTimeout) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);  // never accepted: the queue fills at once
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    fillers.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    ::connect(fillers.back(), reinterpret_cast<sockaddr*>(&address), length);
+  }
+  std::this_thread::sleep_for(50ms);  // the handshakes the queue takes are done
+  realnet::EpollTransport::Options options;
+  options.own_threads = false;
+  realnet::EpollTransport transport(1, options, {});
+  bool refused = false;
+  const auto start = Clock::now();
+  const auto error = transport.connect(8, "127.0.0.1", ntohs(address.sin_port), &refused, 100);
+  const double took_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("no answer within 100 ms"), std::string::npos) << *error;
+  EXPECT_TRUE(refused);
+  EXPECT_LT(took_s, 5.0);  // the kernel's SYN retries would take minutes
+  for (const int fd : fillers) ::close(fd);
+  ::close(listener);
+}
+
 // Two chains of executor tasks on a pooled node with no timer at all: every task's `done` is posted
 // from its lane's thread and must wake the node by itself. A post that found the node's wake flag
 // still set by an earlier post (whose wake-up the turn had already consumed) used to be left in the
