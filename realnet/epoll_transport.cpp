@@ -224,7 +224,12 @@ void EpollTransport::report_in(const InConnection& c, const std::string& field, 
                                bool keep_connection) {
   if (!callbacks_.on_error) return;
   if (c.trusted && !keep_connection) {
-    callbacks_.on_error(TransportError{c.name(), field, detail + "; connection dropped", false, ""});
+    // A member's stream is out of step (a corrupt or oversized frame): nothing after it can be framed,
+    // so its connection goes. No single message may stop a node: this is a refusal, and the member's
+    // next send finds its connection reset and opens another, as after any lost connection.
+    callbacks_.on_error(TransportError{
+        c.name(), field, detail + "; connection dropped (the member opens another)", true,
+        c.sender == kNoNode ? "registrant at " + c.host() : "node " + std::to_string(c.sender)});
     return;
   }
   callbacks_.on_error(TransportError{
@@ -996,16 +1001,15 @@ bool EpollTransport::deliver(InConnection& c) {
   message.header = c.header;
   if (c.phantom) {
     if (c.header.payload_crc != 0) {
-      report(c.name(), "payload_crc", "phantom frame must have CRC 0; connection dropped");
+      report_in(c, "payload_crc", "phantom frame must have CRC 0");
       return false;
     }
     message.payload = Payload::phantom(c.header.payload_length);
   } else if (c.body) {
     if (options_.payload_crc && c.body_crc != c.header.payload_crc) {
-      report(c.name(), "payload_crc",
-             "header says " + std::to_string(c.header.payload_crc) + ", payload of key " +
-                 std::to_string(c.header.key) + " gives " + std::to_string(c.body_crc) +
-                 "; connection dropped");
+      report_in(c, "payload_crc",
+                "header says " + std::to_string(c.header.payload_crc) + ", payload of key " +
+                    std::to_string(c.header.key) + " gives " + std::to_string(c.body_crc));
       return false;
     }
     message.payload = Payload::adopt(std::move(c.body));

@@ -404,6 +404,63 @@ TEST(EpollVan, PeerClosingMidMessageLosesThatMessageNamingThePeerAndTheNodeGoesO
   EXPECT_EQ(node.transport_errors(), 1u);
 }
 
+// A member whose stream goes out of step (here a frame whose payload fails its CRC) loses that
+// connection, counted as a refusal against it; no single message stops the node, and the member's
+// next connection is read as before.
+TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
+  LogLines log;
+  realnet::LocalHost host(log.options());
+  realnet::EpollNodeRuntime node(host, labelled("server 0"));
+  node.set_self(9);
+  auto recorder =
+      std::make_unique<Recorder>(node, std::vector<std::pair<NodeId, std::string>>{}, std::vector<Message>{});
+  const Recorder& received = *recorder;
+  node.attach(std::move(recorder));
+  node.start();
+  auto frame_of = [](std::uint64_t key, bool corrupt) {
+    Message message = numbered(9, key, 1000);
+    message.header.sender = 11;
+    const auto header = encode_header(message.header, message.payload, /*compute_crc=*/true);
+    std::string bytes(reinterpret_cast<const char*>(header.data()), header.size());
+    bytes.append(reinterpret_cast<const char*>(message.payload.bytes().data()), 1000);
+    if (corrupt) bytes[kHeaderBytes + 7] = static_cast<char>(bytes[kHeaderBytes + 7] ^ 0x5A);
+    return bytes;
+  };
+  const auto wait_for = [&](std::size_t count) {
+    const auto deadline = Clock::now() + 20s;
+    while (received.received().size() < count && Clock::now() < deadline && !host.failed())
+      std::this_thread::sleep_for(5ms);
+  };
+  const int first = connect_raw(node.local_address());
+  const std::string good = frame_of(76, false), bad = frame_of(77, true);
+  ASSERT_EQ(::send(first, good.data(), good.size(), 0), static_cast<ssize_t>(good.size()));
+  wait_for(1);  // a member now
+  ASSERT_EQ(::send(first, bad.data(), bad.size(), 0), static_cast<ssize_t>(bad.size()));
+  const auto deadline = Clock::now() + 20s;
+  while (node.refusals().empty() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  char byte = 0;
+  EXPECT_LE(::read(first, &byte, 1), 0);  // dropped: EOF or reset
+  ::close(first);
+
+  const int again = connect_raw(node.local_address());
+  const std::string next = frame_of(78, false);
+  ASSERT_EQ(::send(again, next.data(), next.size(), 0), static_cast<ssize_t>(next.size()));
+  wait_for(2);
+  ::close(again);
+
+  EXPECT_FALSE(host.failed()) << host.failure();
+  const auto messages = received.received();
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0].header.key, 76u);
+  EXPECT_EQ(messages[1].header.key, 78u);
+  const auto refusals = node.refusals();
+  ASSERT_TRUE(refusals.contains("node 11")) << log.all();
+  EXPECT_EQ(refusals.at("node 11"), 1u);
+  EXPECT_NE(log.with("payload_crc").find("connection dropped (the member opens another)"), std::string::npos)
+      << log.all();
+  node.halt();
+}
+
 // Our peer's process goes and another takes its port (a restarted server): the connection to it is
 // lost, what we send meanwhile is held, and goes, in order, once its listener answers again. The
 // sender names the peer by role and never fails.
