@@ -354,20 +354,30 @@ struct LogLines {
   }
 };
 
+// "server 0" (node 9), started, recording what it receives, its host logging every line.
+struct RecordingServer {
+  RecordingServer() : host(log.options()), node(host, labelled("server 0")) {
+    node.set_self(9);
+    auto recorder = std::make_unique<Recorder>(node, std::vector<std::pair<NodeId, std::string>>{},
+                                               std::vector<Message>{});
+    received = recorder.get();
+    node.attach(std::move(recorder));
+    node.start();
+  }
+  LogLines log;
+  realnet::LocalHost host;
+  realnet::EpollNodeRuntime node;
+  const Recorder* received = nullptr;
+};
+
 // A peer whose connection closes in the middle of a message (its process died, or the network broke):
 // that message is lost, the node says so naming the connection and where the frame stopped, and goes
 // on: the heartbeats, not the transport, decide whether the peer is dead. Its next connection's
 // messages arrive.
 TEST(EpollVan, PeerClosingMidMessageLosesThatMessageNamingThePeerAndTheNodeGoesOn) {
-  LogLines log;
-  realnet::LocalHost host(log.options());
-  realnet::EpollNodeRuntime node(host, labelled("server 0"));
-  node.set_self(9);
-  auto recorder =
-      std::make_unique<Recorder>(node, std::vector<std::pair<NodeId, std::string>>{}, std::vector<Message>{});
-  const Recorder& received = *recorder;
-  node.attach(std::move(recorder));
-  node.start();
+  RecordingServer server;
+  auto& [log, host, node, recorded] = server;
+  const Recorder& received = *recorded;
 
   const int fd = connect_raw(node.local_address());
   Message message = numbered(9, 77, 1000);
@@ -408,15 +418,9 @@ TEST(EpollVan, PeerClosingMidMessageLosesThatMessageNamingThePeerAndTheNodeGoesO
 // connection, counted as a refusal against it; no single message stops the node, and the member's
 // next connection is read as before.
 TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
-  LogLines log;
-  realnet::LocalHost host(log.options());
-  realnet::EpollNodeRuntime node(host, labelled("server 0"));
-  node.set_self(9);
-  auto recorder =
-      std::make_unique<Recorder>(node, std::vector<std::pair<NodeId, std::string>>{}, std::vector<Message>{});
-  const Recorder& received = *recorder;
-  node.attach(std::move(recorder));
-  node.start();
+  RecordingServer server;
+  auto& [log, host, node, recorded] = server;
+  const Recorder& received = *recorded;
   auto frame_of = [](std::uint64_t key, bool corrupt) {
     Message message = numbered(9, key, 1000);
     message.header.sender = 11;
