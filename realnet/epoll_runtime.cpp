@@ -220,21 +220,10 @@ void EpollNodeRuntime::settle_lost() {
 }
 
 std::string EpollNodeRuntime::describe_peer(NodeId id, const std::string& address) const {
-  std::string role;
-  switch (role_of(id)) {
-    case Role::kScheduler:
-      return "the scheduler (node " + std::to_string(id) + " at " + address + ")";
-    case Role::kServer:
-      role = "server ";
-      break;
-    case Role::kWorker:
-      role = "worker ";
-      break;
-    case Role::kValidator:
-      role = "validator ";
-      break;
-  }
-  return role + std::to_string(rank_of(id)) + " (node " + std::to_string(id) + " at " + address + ")";
+  const std::string where = "(node " + std::to_string(id) + " at " + address + ")";
+  const Role role = role_of(id);
+  if (role == Role::kScheduler) return "the scheduler " + where;
+  return std::string(role_name(role)) + " " + std::to_string(rank_of(id)) + " " + where;
 }
 
 void EpollNodeRuntime::hand_over(Message message) {

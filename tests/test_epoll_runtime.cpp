@@ -230,12 +230,19 @@ Message numbered(NodeId to, std::uint64_t key, std::uint64_t bytes) {
                  Payload::copy_of(body)};
 }
 
+// 127.0.0.1:port (0: any port, for bind).
+sockaddr_in loopback(std::uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
 // A port nothing listens on (bound once, then released).
 std::uint16_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in address = loopback(0);
   socklen_t length = sizeof address;
   EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), length), 0);
   EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
@@ -320,11 +327,8 @@ TEST(EpollVan, StoppedNodesLeaveNoFileDescriptorOpen) {
 int connect_raw(const std::string& address) {
   const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(port);
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  const sockaddr_in to = loopback(port);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to), 0);
   return fd;
 }
 
@@ -634,9 +638,7 @@ TEST(EpollVan, APoolThreadRunsTimersAndMessagesOfSeveralNodes) {
 // holding the node's loop for the kernel's SYN retries.
 TEST(EpollVan, AConnectThatGetsNoAnswerGivesUpAtItsTimeout) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in address = loopback(0);
   socklen_t length = sizeof address;
   ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
   ASSERT_EQ(::listen(listener, 0), 0);  // never accepted: the queue fills at once
