@@ -2,13 +2,13 @@
 """Partition-size sweep, simulated and real: does the twin rank partition sizes as the real job does?
 
     bench/partition_sweep.py [--pstwin BIN] [--van epoll|zmq] [--cpu FRAGMENT] [--sizes 16KB,...]
-                             [--iterations N] [--netns [--bandwidth RATE]] [--out DIR]
+                             [--iterations N] [--rounds N] [--netns [--bandwidth RATE]] [--out DIR]
                              [--set FIELD=VALUE]...
 
 One scenario (2 workers, 1 server, a 32 MB model as one tensor, sync, no compute, real payloads) is run
 for every partition size with `pstwin sim`, its [cpu] fields taken from FRAGMENT (`pstwin calibrate
 --van VAN --out FRAGMENT`; without --cpu the sweep calibrates first and keeps the fragment in DIR), and
-for real with `pstwin run --van VAN`:
+for real with `pstwin run --van VAN` (--rounds times per size, interleaved; the median is compared):
 
 - on loopback (the default): every node process on 127.0.0.1; the scenario's hosts have links faster
   than loopback, so the CPU is the limit;
@@ -112,6 +112,8 @@ def main():
     parser.add_argument("--cpu", help="[cpu] fragment from `pstwin calibrate` (default: calibrate first)")
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="real runs per size, the sizes interleaved; the median is compared (default 3)")
     parser.add_argument("--out", default=None, help="keep every run's output here (default: a temp dir)")
     parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE for every run")
     parser.add_argument("--netns", action="store_true",
@@ -119,6 +121,8 @@ def main():
     parser.add_argument("--bandwidth", default=None,
                         help="with --netns: every host's link (default 1Gbps)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give at least 1 real run per size")
     if args.bandwidth and not args.netns:
         parser.error("--bandwidth shapes the namespace cluster's links; add --netns (loopback is not shaped)")
     # Loopback is not shaped: links far faster than it leave the CPU as the limit. The namespace
@@ -144,27 +148,39 @@ def main():
     shared = [] if "shared_cores" in fragment else ["--set", f"cpu.shared_cores={os.cpu_count()}"]
     machine = shared + ["--set", "cpu.core_scope=machine"]
     own_core = ["--set", "cpu.shared_cores=0"]
-    sim, sim_own, sim_bare, real = [], [], [], []
+    sim, sim_own, sim_bare = [], [], []
     kinds = (("sim", fragment, machine, sim), ("sim-own-core", fragment, own_core, sim_own),
-             ("sim-bare", "", [], sim_bare), ("real", "", [], real))
+             ("sim-bare", "", [], sim_bare))
     for size in sizes:
         for kind, cpu, extra, into in kinds:
             path = os.path.join(out, f"{kind}-{size}.toml")
             with open(path, "w") as f:
                 f.write(scenario_text(size, args.iterations, cpu, bandwidth, latency))
             run_dir = os.path.join(out, f"{kind}-{size}")
-            if kind == "real":
-                netns = ["--netns"] if args.netns else []
-                run([args.pstwin, "run", path, "-q", "--van", args.van, "--out", run_dir] + netns + sets)
-            else:
-                run([args.pstwin, "sim", path, "-q", "--out", run_dir] + extra + sets)
+            run([args.pstwin, "sim", path, "-q", "--out", run_dir] + extra + sets)
             into.append(steady_median(os.path.join(run_dir, "results.json")))
+    # The real side is noisy (a run's median moves by 20-30 % on a shared VM): every size runs
+    # `rounds` times, one round of all sizes after the other, and the median of its runs is compared.
+    rounds = {size: [] for size in sizes}
+    netns = ["--netns"] if args.netns else []
+    for round_index in range(args.rounds):
+        for size in sizes:
+            path = os.path.join(out, f"real-{size}.toml")
+            with open(path, "w") as f:
+                f.write(scenario_text(size, args.iterations, "", bandwidth, latency))
+            run_dir = os.path.join(out, f"real-{size}-{round_index}")
+            run([args.pstwin, "run", path, "-q", "--van", args.van, "--out", run_dir] + netns + sets)
+            rounds[size].append(steady_median(os.path.join(run_dir, "results.json")))
+    real = [statistics.median(rounds[size]) for size in sizes]
     with open("/proc/loadavg") as f:
         load_after = " ".join(f.read().split()[:3])
     same, worst = table("With the calibrated [cpu] fields, the nodes sharing this machine's cores:", sizes,
                         sim, real)
     table("With the calibrated [cpu] fields, a core per node's net lane:", sizes, sim_own, real)
     table("Without [cpu] fields (no CPU cost per message):", sizes, sim_bare, real)
+    print(f"\nReal runs per size ({args.rounds}, interleaved), each the median iteration after the first:")
+    for size in sizes:
+        print(f"- {size}: " + ", ".join(f"{t * 1e3:.1f}" for t in rounds[size]) + " ms")
     print(f"\nload average after: {load_after}; runs in {out}")
     return 0 if same and worst <= 0.15 else 3
 

@@ -116,13 +116,20 @@ void Stream::next() {
 }
 
 Seconds Stream::send_cpu_wait() {
+  read_end_ = 0;
   const auto& cpu = from_.cluster().scenario().cpu;
   if (!cpu.charged()) return 0;
   const std::uint64_t bytes = kHeaderBytes + current_.payload.size();
   const Seconds cost = cpu.send_cost(bytes);
-  if (cost <= 0) return 0;
   const TraceMessage carried{current_.header.key, current_.header.iteration, bytes};
-  return from_.charge_net("send", cost, carried) - s4u::Engine::get_clock();
+  const Seconds now = s4u::Engine::get_clock();
+  const Seconds sent = cost > 0 ? from_.charge_net("send", cost, carried) : now;
+  // TCP streams a message: the receiver copies its bytes out while the sender copies them in, so the
+  // receive's per-byte part runs from the start of the send on the receiver's lane (once that is
+  // free), not after the last byte arrived. Its per-message part waits for the arrival (deliver).
+  if (const Seconds read = cpu.receive_bytes_cost(bytes); read > 0)
+    read_end_ = to_.charge_net("receive", read, carried, sent - cost);
+  return sent - now;
 }
 
 Seconds Stream::clog_wait() {
@@ -169,12 +176,13 @@ void Stream::send_current() {
       const double latency = route_latency();
       network.start(
           from_.host(), to_.host(), bytes, nullptr,
-          [this, &network, in_flight, header = header_, start = start_, bulk, latency] {
+          [this, &network, in_flight, header = header_, start = start_, read = read_end_, bulk, latency] {
             from_.flow_queue().release();
             from_.transmitted(to_id_, bulk);
             next();
-            network.after(
-                latency, [this, in_flight, header, start] { deliver(std::move(*in_flight), header, start); });
+            network.after(latency, [this, in_flight, header, start, read] {
+              deliver(std::move(*in_flight), header, start, read);
+            });
           },
           max_rate, latency);
     });
@@ -206,14 +214,16 @@ void Stream::send_current() {
           from_.transmitted(to_id_, bulk);
           next();
         },
-        [this, &network, in_flight, header = header_, start = start_, bytes, shaped_on_read] {
+        [this, &network, in_flight, header = header_, start = start_, read = read_end_, bytes,
+         shaped_on_read] {
           const double wait = shaped_on_read ? reader_delay(bytes) : 0;
           if (wait <= 0) {
-            deliver(std::move(*in_flight), header, start);
+            deliver(std::move(*in_flight), header, start, read);
             return;
           }
-          network.after(wait,
-                        [this, in_flight, header, start] { deliver(std::move(*in_flight), header, start); });
+          network.after(wait, [this, in_flight, header, start, read] {
+            deliver(std::move(*in_flight), header, start, read);
+          });
         },
         max_rate);
   });
@@ -244,10 +254,10 @@ void Stream::begin() {
 
 void Stream::arrive() {
   const bool bulk = !fpt::is_control(current_);
-  if (deliver(std::move(current_), header_, start_)) from_.transmitted(to_id_, bulk);
+  if (deliver(std::move(current_), header_, start_, read_end_)) from_.transmitted(to_id_, bulk);
 }
 
-bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) {
+bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start, Seconds read_end) {
   // The receiver decodes the header it was sent, exactly as a socket transport would.
   MessageHeader decoded;
   bool phantom = false;
@@ -284,9 +294,9 @@ bool Stream::deliver(Message message, const HeaderBytes& header, Seconds start) 
   to_.trace_lane("recv<-" + std::to_string(decoded.sender), "receive", name, start, end, carried);
   if (fate == FaultPlan::Fate::kDuplicate) {
     ++cluster.fault_counts().duplicated;
-    to_.deliver(message);  // the copy arrives right behind the original, as a retransmission would
+    to_.deliver(message, read_end);  // the copy arrives right behind the original, as a retransmission would
   }
-  to_.deliver(std::move(message));
+  to_.deliver(std::move(message), read_end);
   return true;
 }
 
@@ -474,7 +484,7 @@ void SimNode::run() {
   }
 }
 
-void SimNode::deliver(Message message) {
+void SimNode::deliver(Message message, Seconds read_end) {
   if (crashed_) {
     ++cluster_.fault_counts().crash_dropped;
     return;
@@ -482,11 +492,19 @@ void SimNode::deliver(Message message) {
   if (message.header.command != Command::kHeartbeat) cluster_.progress();
   if (const auto& cpu = cluster_.scenario().cpu; cpu.charged()) {
     const std::uint64_t bytes = kHeaderBytes + message.payload.size();
-    if (const Seconds cost = cpu.receive_cost(bytes); cost > 0) {
-      // Handed over once the van read it: a timer of the node's loop, in the order charged (the lane
-      // ends are non-decreasing and equal deadlines fire in the order added).
+    // A van whose lane is free and whose loop has nothing queued sleeps: it reads the message after
+    // waking up. One that is busy finds it when it looks next, at no extra delay.
+    const bool asleep = cpu.wakeup_s > 0 && net_free_at_ <= now() && events_.empty();
+    const Seconds wakeup = asleep ? cpu.wakeup_s : 0;
+    const Seconds cost = cpu.receive_per_message_s;
+    if (cost > 0 || wakeup > 0 || read_end > now()) {
+      // Handed over once the van read it (its bytes, booked when they were sent, and the message):
+      // a timer of the node's loop, in the order charged (the lane ends are non-decreasing and equal
+      // deadlines fire in the order added).
       const TraceMessage carried{message.header.key, message.header.iteration, bytes};
-      timers_.add(charge_net("receive", cost, carried), [this, message = std::move(message)]() mutable {
+      const Seconds earliest = std::max(now() + wakeup, read_end);
+      const Seconds ready = cost > 0 ? charge_net("receive", cost, carried, earliest) : earliest;
+      timers_.add(ready, [this, message = std::move(message)]() mutable {
         protocol_->on_message(std::move(message));
       });
       wake_->notify_one();
@@ -497,8 +515,9 @@ void SimNode::deliver(Message message) {
   wake_->notify_one();
 }
 
-Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message) {
-  Seconds start = std::max(now(), net_free_at_);
+Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message,
+                            Seconds earliest) {
+  Seconds start = std::max({now(), earliest, net_free_at_});
   if (cores_) start = cores_->book(now(), start, cost);
   net_free_at_ = start + cost;
   trace_lane("net", "cpu", what, start, net_free_at_, message);

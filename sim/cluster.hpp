@@ -125,7 +125,8 @@ class Stream {
   void send_current();  // flow model: after the jitter
   void begin();         // the transport takes `current_`: its bytes are fixed now
   void arrive();        // `current_` reached the peer
-  bool deliver(Message message, const HeaderBytes& header, Seconds start);  // to the peer; false: refused
+  // To the peer, which reads it no earlier than `read_end` (its bytes' receive cost); false: refused.
+  bool deliver(Message message, const HeaderBytes& header, Seconds start, Seconds read_end);
   Seconds send_cpu_wait();  // [cpu]: how long `current_` waits for its send cost on the node's net lane
   Seconds clog_wait();      // faults.clog: how long the message starting now waits (counted)
   // sim.fifo_host "epoll"/"kernel-pacing": seconds from a message's arrival until the receiver's
@@ -150,6 +151,7 @@ class Stream {
   Message current_;
   HeaderBytes header_{};
   Seconds start_ = 0;
+  Seconds read_end_ = 0;          // [cpu]: when the receiver has read `current_`'s bytes (0: not charged)
   simgrid::s4u::MutexPtr mutex_;  // SimGrid's model only
   simgrid::s4u::ConditionVariablePtr ready_;
 };
@@ -191,7 +193,8 @@ class SimNode final : public Runtime {
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
   const Node* protocol() const { return protocol_.get(); }
   void spawn(Seconds start_delay);
-  void deliver(Message message);           // a message arrived from the network
+  // A message arrived from the network; its bytes are read by `read_end` (booked by the sender's stream).
+  void deliver(Message message, Seconds read_end = 0);
   void post(std::function<void()> event);  // run on this node's event loop
   bool stopped() const { return stopped_; }
   // Parks the calling actor until this node stopped.
@@ -236,8 +239,8 @@ class SimNode final : public Runtime {
   void trace_lane(std::string_view lane, std::string_view category, std::string_view name, Seconds start,
                   Seconds end, const std::optional<TraceMessage>& message = std::nullopt);
   // [cpu]: runs `cost` seconds of the van's work on this node's net lane after what it already holds
-  // (serial, in the order charged); returns when that work ends.
-  Seconds charge_net(std::string_view what, Seconds cost, const TraceMessage& message);
+  // (serial, in the order charged), starting at `earliest` at the soonest; returns when that work ends.
+  Seconds charge_net(std::string_view what, Seconds cost, const TraceMessage& message, Seconds earliest = 0);
   // A stream delivered a message to `to` (with sim.send_pool_slots: a bulk one frees its slot).
   void transmitted(NodeId to, bool bulk);
   // Receive shaping: the rate bound on bulk flows from `sender` to this node (0: none).

@@ -411,15 +411,15 @@ TEST(Netns, PartitionSweepRunsTheRealSideAsANamespaceCluster) {
     std::ofstream(dir / "cpu.toml") << "[cpu]\nsend_per_message = \"2us\"\nreceive_per_message = \"2us\"\n"
                                        "send_bandwidth = \"7GBps\"\nreceive_bandwidth = \"7GBps\"\n";
   }
-  const auto run =
-      testing::run_shell("python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --van epoll --cpu " +
-                         (dir / "cpu.toml").string() + " --sizes 1MB,4MB --iterations 2 --netns --out " +
-                         (dir / "out").string());
+  const auto run = testing::run_shell(
+      "python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --van epoll --cpu " +
+      (dir / "cpu.toml").string() + " --sizes 1MB,4MB --iterations 2 --rounds 1 --netns --out " +
+      (dir / "out").string());
   // 0: within the target; 3: a rank or an error outside it (a two-iteration sweep decides nothing).
   EXPECT_TRUE(run.exit_code == 0 || run.exit_code == 3) << run.output;
   EXPECT_NE(run.output.find("namespace cluster, links 1Gbps"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("| 4MB |"), std::string::npos) << run.output;
-  const auto real = testing::read_json(dir / "out/real-4MB/results.json");
+  const auto real = testing::read_json(dir / "out/real-4MB-0/results.json");
   EXPECT_EQ(real["network_emulation"]["method"], "netns") << real.dump();
   const auto sim = testing::read_text(dir / "out/sim-4MB.toml");
   EXPECT_NE(sim.find("host_bandwidth = \"1Gbps\""), std::string::npos) << sim;

@@ -629,6 +629,30 @@ TEST(Scenario, UnitErrors) {
                    "cpu.send_per_message", "pstwin calibrate");
   EXPECT_ERROR_HAS(error_of("[cpu]\nsend_per_message = \"8us\"\ncore_scope = \"machine\"\n"),
                    "cpu.core_scope = \"machine\"", "cpu.shared_cores", "remove cpu.core_scope");
+  // The beyond-cache rates and cpu.cache_bytes come together.
+  EXPECT_ERROR_HAS(
+      error_of("[cpu]\nsend_bandwidth = \"4GBps\"\nreceive_bandwidth_beyond_cache = \"2GBps\"\n"),
+      "cpu.receive_bandwidth_beyond_cache", "cpu.cache_bytes, which is 0", "\"512KB\"");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nsend_bandwidth = \"4GBps\"\ncache_bytes = \"1MB\"\n"), "cpu.cache_bytes",
+                   "cpu.send_bandwidth_beyond_cache", "remove cpu.cache_bytes");
+  EXPECT_ERROR_HAS(error_of("[cpu]\nwakeup = \"soon\"\n"), "cpu.wakeup = \"soon\"", "cannot read a duration");
+}
+
+// A message's bytes within cpu.cache_bytes go at the cached rate, the rest at the beyond-cache rate;
+// the per-byte part of the receive is what the sender's stream books while it sends.
+TEST(Scenario, CpuCostsSplitAMessageAtTheCacheSize) {
+  const Scenario s = parse_scenario(
+      "[cpu]\nsend_per_message = \"2us\"\nreceive_per_message = \"3us\"\nsend_bandwidth = \"4GBps\"\n"
+      "receive_bandwidth = \"8GBps\"\ncache_bytes = 1000000\nsend_bandwidth_beyond_cache = \"2GBps\"\n"
+      "receive_bandwidth_beyond_cache = \"1GBps\"\n",
+      "cpu.toml");
+  EXPECT_NEAR(s.cpu.send_cost(500'000), 2e-6 + 500'000 / 4e9, 1e-15);
+  EXPECT_NEAR(s.cpu.send_cost(3'000'000), 2e-6 + 1e6 / 4e9 + 2e6 / 2e9, 1e-15);
+  EXPECT_NEAR(s.cpu.receive_cost(3'000'000), 3e-6 + 1e6 / 8e9 + 2e6 / 1e9, 1e-15);
+  EXPECT_NEAR(s.cpu.receive_bytes_cost(3'000'000), 1e6 / 8e9 + 2e6 / 1e9, 1e-15);
+  // Without the split every byte goes at the cached rate.
+  const Scenario flat = parse_scenario("[cpu]\nsend_bandwidth = \"4GBps\"\n", "cpu.toml");
+  EXPECT_NEAR(flat.cpu.send_cost(3'000'000), 3e6 / 4e9, 1e-15);
 }
 
 TEST(Scenario, WrongTypeErrors) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <regex>
 #include <set>
@@ -393,6 +394,80 @@ TEST(Sim, CpuCostsAreChargedOnEveryMessageOfTheCriticalPath) {
   EXPECT_EQ(send.results["model_digest"], bare.results["model_digest"]);
 }
 
+// Per iteration of `bare` (index order): its push and pull messages, their wire bytes, and how much
+// longer each of `runs` took for it.
+struct Growth {
+  int index = 0;
+  int messages = 0;
+  std::uint64_t wire_bytes = 0;
+  std::vector<double> seconds;  // per run
+};
+
+std::vector<Growth> growth(const CpuJobRun& bare, std::initializer_list<const CpuJobRun*> runs) {
+  const auto sent = sent_per_iteration(bare.trace);
+  const auto& iterations = bare.results["iterations"];
+  std::vector<Growth> out;
+  for (std::size_t i = 0; i < iterations.size(); ++i) {
+    Growth g;
+    g.index = iterations[i]["index"].get<int>();
+    std::tie(g.messages, g.wire_bytes) = sent.at(g.index);
+    for (const CpuJobRun* run : runs)
+      g.seconds.push_back(run->results["iterations"][i]["time_s"].get<double>() -
+                          iterations[i]["time_s"].get<double>());
+    out.push_back(g);
+  }
+  return out;
+}
+
+// TCP streams a message: the receiver copies its bytes out while the sender copies them in, so a
+// message costs the slower side's per-byte time, not the sum of both.
+TEST(Sim, AMessagesBytesAreReadWhileTheyAreSent) {
+  // Links far faster than the CPU costs: what an iteration gains is the costs on its critical path.
+  const std::string fast = "--set cluster.host_bandwidth=1000GBps --set cluster.host_latency=1us ";
+  const auto bare = run_cpu_job("overlap-none", fast);
+  const auto send = run_cpu_job("overlap-send", fast + "--set cpu.send_bandwidth=1GBps");
+  const auto both =
+      run_cpu_job("overlap-both", fast + "--set cpu.send_bandwidth=1GBps --set cpu.receive_bandwidth=1GBps");
+  const auto slow_read = run_cpu_job(
+      "overlap-slow-read", fast + "--set cpu.send_bandwidth=1GBps --set cpu.receive_bandwidth=0.5GBps");
+  const auto grown = growth(bare, {&send, &both, &slow_read});
+  ASSERT_EQ(grown.size(), 4u);
+  for (const auto& g : grown) {
+    ASSERT_EQ(g.messages, 2);
+    const double send_s = static_cast<double>(g.wire_bytes) / 1e9;  // both messages' send costs
+    EXPECT_NEAR(g.seconds[0], send_s, 1e-9) << "iteration " << g.index;
+    // Read as fast as it is written: the read ends with the send and costs nothing more.
+    EXPECT_NEAR(g.seconds[1], send_s, 1e-9) << "iteration " << g.index;
+    // Read at half the rate: the read's time (twice the send's), less the links' few microseconds,
+    // where one after the other would take three times the send's.
+    EXPECT_NEAR(g.seconds[2], 2 * send_s, 10e-6) << "iteration " << g.index;
+  }
+}
+
+// cpu.wakeup: a message that finds its node idle waits for the van to wake; one that finds it busy
+// reading does not.
+TEST(Sim, AnIdleNodeWakesForAMessageAndABusyOneDoesNot) {
+  const auto bare = run_cpu_job("wakeup-none", "");
+  const auto woken = run_cpu_job("wakeup-50us", "--set cpu.wakeup=50us");
+  const auto blocking = growth(bare, {&woken});
+  ASSERT_EQ(blocking.size(), 4u);
+  // A blocking round trip: the server waits for the push, the worker for the reply.
+  for (const auto& g : blocking)
+    EXPECT_NEAR(g.seconds[0], g.messages * 50e-6, 1e-9) << "iteration " << g.index;
+  // Eight partitions in flight: the server reads them back to back, so only the first one of a
+  // burst finds it asleep.
+  const std::string burst = "--set workload.tensor_bytes=8MB --set cpu.receive_per_message=200us";
+  const auto busy = run_cpu_job("wakeup-busy-none", burst);
+  const auto busy_woken = run_cpu_job("wakeup-busy-50us", burst + " --set cpu.wakeup=50us");
+  const auto pipelined = growth(busy, {&busy_woken});
+  ASSERT_EQ(pipelined.size(), 4u);
+  for (const auto& g : pipelined) {
+    ASSERT_EQ(g.messages, 16) << "eight push_pulls and their responses";
+    EXPECT_GE(g.seconds[0], 50e-6 - 1e-9) << "iteration " << g.index;
+    EXPECT_LT(g.seconds[0], g.messages * 50e-6 / 2) << "iteration " << g.index;
+  }
+}
+
 TEST(Sim, CpuCostsKeepTheSameSeedByteIdentical) {
   const std::string sets =
       "--set cpu.send_per_message=7us --set cpu.receive_per_message=3us --set cpu.send_bandwidth=3GBps "
@@ -529,11 +604,16 @@ TEST(PartitionSweep, RunsSimAndLoopbackAndSharesTheMachinesCores) {
     std::ofstream(dir / "cpu.toml") << "[cpu]\nsend_per_message = \"2us\"\nreceive_per_message = \"2us\"\n"
                                        "send_bandwidth = \"7GBps\"\nreceive_bandwidth = \"7GBps\"\n";
   }
-  const auto run = run_shell(
-      "python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --van epoll --cpu " +
-      (dir / "cpu.toml").string() + " --sizes 256KB,1MB --iterations 2 --out " + (dir / "out").string());
+  const auto run =
+      run_shell("python3 bench/partition_sweep.py --pstwin " PSTWIN_BINARY " --van epoll --cpu " +
+                (dir / "cpu.toml").string() + " --sizes 256KB,1MB --iterations 2 --rounds 2 --out " +
+                (dir / "out").string());
   EXPECT_TRUE(run.exit_code == 0 || run.exit_code == 3) << run.output;
   EXPECT_NE(run.output.find("van epoll, loopback"), std::string::npos) << run.output;
+  // The real side runs each size once per round; the median of the rounds is compared.
+  EXPECT_NE(run.output.find("Real runs per size (2, interleaved)"), std::string::npos) << run.output;
+  for (const char* real : {"real-256KB-0", "real-256KB-1", "real-1MB-0", "real-1MB-1"})
+    EXPECT_TRUE(read_json(dir / "out" / real / "results.json")["completed"].get<bool>()) << real;
   EXPECT_NE(run.output.find("a core per node's net lane"), std::string::npos) << run.output;
   const auto shared = read_json(dir / "out/sim-1MB/results.json");
   const auto own = read_json(dir / "out/sim-own-core-1MB/results.json");
@@ -566,11 +646,18 @@ TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   const std::string text = read_text(fragment);
   EXPECT_NE(text.find("--van epoll"), std::string::npos) << text;
   EXPECT_NE(text.find("CPUs, load average"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 server, 2 workers on loopback"), std::string::npos) << text;
+  EXPECT_NE(text.find("wakeup = "), std::string::npos) << text;
   const Scenario s = parse_scenario(text, fragment.string());
-  EXPECT_GT(s.cpu.send_per_message_s, 0) << text;
+  EXPECT_GT(s.cpu.send_per_message_s + s.cpu.wakeup_s, 0) << text;
   EXPECT_GT(s.cpu.send_bandwidth_Bps, 0) << text;
   EXPECT_EQ(s.cpu.receive_per_message_s, s.cpu.send_per_message_s);
   EXPECT_EQ(s.cpu.receive_bandwidth_Bps, s.cpu.send_bandwidth_Bps);
+  // Past the cache a byte costs at least what one within it does.
+  if (s.cpu.cache_bytes > 0) {
+    EXPECT_GT(s.cpu.send_bandwidth_beyond_cache_Bps, 0) << text;
+    EXPECT_LE(s.cpu.send_bandwidth_beyond_cache_Bps, s.cpu.send_bandwidth_Bps) << text;
+  }
   EXPECT_EQ(s.cpu.shared_cores, static_cast<int>(std::thread::hardware_concurrency())) << text;
   EXPECT_EQ(s.cpu.core_scope, "host") << text;
   // What a scenario with the fragment appended simulates.

@@ -1,11 +1,12 @@
 // `pstwin calibrate`: the van's CPU cost per message and per byte, measured on loopback and fitted
 // so that the simulator's [cpu] fields reproduce the real iteration times (docs/FIDELITY.md).
 //
-// Each job (a size, blocking or pipelined) runs for real (realnet::run_local, 1 server, 1 worker),
-// then in the simulator three times: without CPU costs, with a unit per-message cost and with a unit
-// per-byte cost. The differences are how much of each cost lies on the job's critical path, so the
-// real time is fitted as `without + x * per-message + y * per-byte` by least squares over the jobs,
-// relative errors weighed alike. The fitted fields are simulated once more to say how well they fit.
+// Each job (a size, blocking or pipelined) runs for real (realnet::run_local, 1 server, 2 workers:
+// the smallest job whose server aggregates, with three nodes on this machine's cores),
+// then in the simulator with costs nudged one at a time: the differences are how much of each cost
+// lies on the job's critical path, so the real times are fitted by least squares over the jobs,
+// relative errors weighed alike (fit_costs). The fitted fields are simulated once more to say how
+// well they fit.
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,15 +63,19 @@ std::vector<Job> plan_jobs(const std::vector<std::uint64_t>& sizes, bool quick) 
   return jobs;
 }
 
-// One server, one worker on hosts whose links are far faster than loopback: what the simulator has
+// One server, two workers on hosts whose links are far faster than loopback: what the simulator has
 // left to model is the CPU. Real payloads, no checks, no trace: they would read every byte.
 Scenario job_scenario(const Job& job, const Overrides& costs) {
   std::ostringstream toml;
   toml << "name = \"calibrate\"\n"
        << "[cluster]\nhost_bandwidth = \"1000GBps\"\nhost_latency = \"1us\"\n"
-       << "[roles]\nservers = 1\nworkers = 1\n"
-       << "[ps]\nmode = \"sync\"\npartition_bytes = " << job.size << "\n"
-       << "[workload]\ntensor_bytes = [" << job.size * static_cast<std::uint64_t>(job.values)
+       << "[roles]\nservers = 1\nworkers = 2\n"
+       << "[ps]\nmode = \"sync\"\npartition_bytes = " << job.size
+       << "\n"
+       // Every partition in flight: a pipelined job then keeps the nodes busy, so it measures the
+       // CPU per message, and the blocking one adds the wake-ups (a credit would mix the two).
+       << (job.values > 1 ? "scheduling_credit = 0\n" : "") << "[workload]\ntensor_bytes = ["
+       << job.size * static_cast<std::uint64_t>(job.values)
        << "]\ncompute = \"0s\"\niterations = " << job.iterations << "\npayload = \"real\"\n"
        << "[staging]\nenabled = false\n"
        << "[invariants]\naggregates = false\nupdates = false\nsync_identical = false\n"
@@ -89,13 +94,42 @@ double steady_median(const RunReport& report, const std::string& what) {
   return times[times.size() / 2];
 }
 
-Overrides cost_overrides(double per_message_s, double byte_s) {
-  const std::string message = units::format_real(units::Quantity::kDuration, per_message_s);
-  const std::string rate = units::format_real(units::Quantity::kBandwidth, byte_s > 0 ? 1 / byte_s : 0);
-  return {{"cpu.send_per_message", message},
-          {"cpu.receive_per_message", message},
-          {"cpu.send_bandwidth", rate},
-          {"cpu.receive_bandwidth", rate}};
+// The fitted model: per message, per byte within a core's cache and past it, and the wake-up of an
+// idle van (docs/FIDELITY.md). The send and receive sides get the same values: loopback times cannot
+// tell them apart.
+struct Costs {
+  double per_message_s = 0;
+  double byte_s = 0;               // per byte of a message's first cache_bytes
+  double beyond_cache_byte_s = 0;  // per byte past them
+  std::uint64_t cache_bytes = 0;   // 0: every byte at byte_s
+  double wakeup_s = 0;
+};
+
+unsigned machine_cpus() {
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 4096u);
+}
+
+Overrides cost_overrides(const Costs& costs) {
+  const auto rate = [](double byte_s) {
+    return units::format_real(units::Quantity::kBandwidth, byte_s > 0 ? 1 / byte_s : 0);
+  };
+  const std::string message = units::format_real(units::Quantity::kDuration, costs.per_message_s);
+  Overrides overrides{{"cpu.send_per_message", message},
+                      {"cpu.receive_per_message", message},
+                      {"cpu.send_bandwidth", rate(costs.byte_s)},
+                      {"cpu.receive_bandwidth", rate(costs.byte_s)}};
+  if (costs.cache_bytes > 0 && costs.beyond_cache_byte_s > 0) {
+    overrides.emplace_back("cpu.cache_bytes", std::to_string(costs.cache_bytes));
+    overrides.emplace_back("cpu.send_bandwidth_beyond_cache", rate(costs.beyond_cache_byte_s));
+    overrides.emplace_back("cpu.receive_bandwidth_beyond_cache", rate(costs.beyond_cache_byte_s));
+  }
+  overrides.emplace_back("cpu.wakeup", units::format_real(units::Quantity::kDuration, costs.wakeup_s));
+  // The real jobs' nodes share this machine's cores, and so do the simulated ones' costs.
+  if (costs.per_message_s > 0 || costs.byte_s > 0 || costs.beyond_cache_byte_s > 0 || costs.wakeup_s > 0) {
+    overrides.emplace_back("cpu.shared_cores", std::to_string(machine_cpus()));
+    overrides.emplace_back("cpu.core_scope", "machine");
+  }
+  return overrides;
 }
 
 std::vector<double> simulate(const std::vector<Job>& jobs, const Overrides& costs) {
@@ -108,45 +142,156 @@ std::vector<double> simulate(const std::vector<Job>& jobs, const Overrides& cost
   return times;
 }
 
-struct Fit {
-  double per_message_s = 0;
-  double byte_s = 0;
-};
+double rms_error(const std::vector<double>& real, const std::vector<double>& simulated) {
+  double squares = 0;
+  for (std::size_t i = 0; i < real.size(); ++i) squares += std::pow((simulated[i] - real[i]) / real[i], 2);
+  return std::sqrt(squares / static_cast<double>(real.size()));
+}
 
-// Least squares of real - base = x * message + y * byte, each row divided by the real time; a
-// coefficient that comes out negative is held at 0 and the other refitted.
-Fit fit_costs(const std::vector<double>& real, const std::vector<double>& base,
-              const std::vector<double>& message, const std::vector<double>& byte) {
-  double mm = 0, bb = 0, mb = 0, mr = 0, br = 0;
-  for (std::size_t i = 0; i < real.size(); ++i) {
-    const double w = 1 / real[i];
-    const double m = message[i] * w, b = byte[i] * w, r = (real[i] - base[i]) * w;
-    mm += m * m;
-    bb += b * b;
-    mb += m * b;
-    mr += m * r;
-    br += b * r;
-  }
-  Fit fit;
-  const double det = mm * bb - mb * mb;
-  if (det > 0) {
-    fit.per_message_s = (mr * bb - br * mb) / det;
-    fit.byte_s = (br * mm - mr * mb) / det;
-  }
-  if (det <= 0 || fit.per_message_s < 0 || fit.byte_s < 0) {
-    const Fit messages_only{mm > 0 ? std::max(0.0, mr / mm) : 0, 0};
-    const Fit bytes_only{0, bb > 0 ? std::max(0.0, br / bb) : 0};
-    const auto error = [&](const Fit& f) {
-      double sum = 0;
-      for (std::size_t i = 0; i < real.size(); ++i) {
-        const double e = (real[i] - base[i] - f.per_message_s * message[i] - f.byte_s * byte[i]) / real[i];
-        sum += e * e;
+// Least squares of target = columns * x with x >= 0, each row divided by its weight: every subset of
+// the columns is solved and the best solution with no negative coefficient kept (four columns: 15
+// subsets). A column of zeros stays at 0.
+std::vector<double> nonnegative_least_squares(const std::vector<std::vector<double>>& columns,
+                                              const std::vector<double>& target,
+                                              const std::vector<double>& weight) {
+  const std::size_t n = columns.size(), rows = target.size();
+  std::vector<double> best(n, 0);
+  double best_error = 0;
+  for (std::size_t i = 0; i < rows; ++i) best_error += std::pow(target[i] / weight[i], 2);
+  for (unsigned mask = 1; mask < (1u << n); ++mask) {
+    std::vector<std::size_t> used;
+    for (std::size_t k = 0; k < n; ++k)
+      if ((mask >> k) & 1u) used.push_back(k);
+    const std::size_t m = used.size();
+    // Normal equations, solved by Gaussian elimination with partial pivoting.
+    std::vector<std::vector<double>> a(m, std::vector<double>(m + 1, 0));
+    for (std::size_t i = 0; i < rows; ++i) {
+      const double w = 1 / (weight[i] * weight[i]);
+      for (std::size_t r = 0; r < m; ++r) {
+        for (std::size_t c = 0; c < m; ++c) a[r][c] += columns[used[r]][i] * columns[used[c]][i] * w;
+        a[r][m] += columns[used[r]][i] * target[i] * w;
       }
-      return sum;
-    };
-    fit = error(messages_only) <= error(bytes_only) ? messages_only : bytes_only;
+    }
+    bool singular = false;
+    for (std::size_t c = 0; c < m && !singular; ++c) {
+      std::size_t pivot = c;
+      for (std::size_t r = c + 1; r < m; ++r)
+        if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+      if (std::abs(a[pivot][c]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      std::swap(a[c], a[pivot]);
+      for (std::size_t r = 0; r < m; ++r) {
+        if (r == c) continue;
+        const double f = a[r][c] / a[c][c];
+        for (std::size_t k = c; k <= m; ++k) a[r][k] -= f * a[c][k];
+      }
+    }
+    if (singular) continue;
+    std::vector<double> x(n, 0);
+    bool negative = false;
+    for (std::size_t r = 0; r < m; ++r) {
+      x[used[r]] = a[r][m] / a[r][r];
+      negative = negative || x[used[r]] < 0;
+    }
+    if (negative) continue;
+    double error = 0;
+    for (std::size_t i = 0; i < rows; ++i) {
+      double fitted = 0;
+      for (std::size_t k = 0; k < n; ++k) fitted += columns[k][i] * x[k];
+      error += std::pow((target[i] - fitted) / weight[i], 2);
+    }
+    if (error < best_error) {
+      best_error = error;
+      best = x;
+    }
   }
-  return fit;
+  return best;
+}
+
+// Gauss-Newton on the relative errors: around the current costs, each parameter's effect on every
+// job's simulated time is measured by nudging it, and the real times are fitted as the part no
+// parameter explains plus those effects (from zero costs, as `without + x * per-message + ...`). The
+// effect of a byte is split at each candidate cache size by the job's message size (one size per
+// job), so the cache size is chosen by the same fit. A few rounds, keeping the costs whose own
+// simulation fits best: the wake-up's effect depends on how busy the other costs keep the nodes.
+Costs fit_costs(const std::vector<Job>& jobs, const std::vector<double>& real) {
+  constexpr int kRounds = 4;
+  std::vector<std::uint64_t> candidates{0};
+  const std::uint64_t largest = std::max_element(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+                                  return a.size < b.size;
+                                })->size;
+  for (std::uint64_t c = 64u << 10; c < largest; c *= 2) candidates.push_back(c);
+
+  Costs current, best;
+  double best_error = -1;
+  for (int round = 0; round < kRounds; ++round) {
+    const auto at = simulate(jobs, cost_overrides(current));
+    if (const double error = rms_error(real, at); round > 0 && (best_error < 0 || error < best_error)) {
+      best_error = error;
+      best = current;
+    }
+    if (round == kRounds - 1) break;
+    // A quarter of the current value (a unit from zero): small enough to stay near the fit, large
+    // enough to move the simulated times beyond their rounding.
+    const auto step_from = [](double value, double unit) { return value > 0 ? value / 4 : unit; };
+    const auto nudged = [&](auto&& change, double step) {
+      Costs costs = current;
+      change(costs, step);
+      const auto times = simulate(jobs, cost_overrides(costs));
+      std::vector<double> effect;
+      for (std::size_t i = 0; i < jobs.size(); ++i) effect.push_back((times[i] - at[i]) / step);
+      return effect;
+    };
+    const auto per_message = nudged([](Costs& c, double d) { c.per_message_s += d; },
+                                    step_from(current.per_message_s, kUnitMessageS));
+    const auto per_byte = nudged(
+        [](Costs& c, double d) {
+          c.byte_s += d;
+          if (c.cache_bytes > 0) c.beyond_cache_byte_s += d;
+        },
+        step_from(current.byte_s, kUnitByteS));
+    const auto wakeup =
+        nudged([](Costs& c, double d) { c.wakeup_s += d; }, step_from(current.wakeup_s, kUnitMessageS));
+
+    const auto share = [](const Job& job, std::uint64_t cache) {  // of a message's bytes within the cache
+      return cache == 0 ? 1.0
+                        : static_cast<double>(std::min(job.size, cache)) / static_cast<double>(job.size);
+    };
+    double round_best = -1;
+    Costs next = current;
+    for (const auto cache : candidates) {
+      std::vector<double> beyond, target;
+      for (std::size_t i = 0; i < jobs.size(); ++i) {
+        const double now_share = share(jobs[i], current.cache_bytes);
+        const double byte_now =
+            per_byte[i] *
+            (current.byte_s * now_share +
+             (current.cache_bytes > 0 ? current.beyond_cache_byte_s : current.byte_s) * (1 - now_share));
+        const double unexplained =
+            at[i] - per_message[i] * current.per_message_s - byte_now - wakeup[i] * current.wakeup_s;
+        beyond.push_back(per_byte[i] * (1 - share(jobs[i], cache)));
+        target.push_back(real[i] - unexplained);
+      }
+      // Bytes past the cache cost at least what bytes within it do: the second coefficient is the
+      // difference, so a fit that would make memory faster than the cache keeps one rate instead.
+      const auto x = nonnegative_least_squares({per_message, per_byte, beyond, wakeup}, target, real);
+      double error = 0;
+      for (std::size_t i = 0; i < jobs.size(); ++i) {
+        const double fitted =
+            per_message[i] * x[0] + per_byte[i] * x[1] + beyond[i] * x[2] + wakeup[i] * x[3];
+        error += std::pow((target[i] - fitted) / real[i], 2);
+      }
+      if (round_best < 0 || error < round_best) {
+        round_best = error;
+        const bool split = cache > 0 && x[2] > 0;
+        next = Costs{x[0], x[1], split ? x[1] + x[2] : 0, split ? cache : 0, x[3]};
+      }
+    }
+    current = next;
+  }
+  return best;
 }
 
 std::string load_average() {
@@ -206,15 +351,8 @@ int run_calibrate(const CalibrateOptions& options) {
     say(job.label() + ": " + std::to_string(real.back() * 1e6) + " us per iteration (real)");
   }
   const auto base = simulate(jobs, {});
-  const auto with_message = simulate(jobs, cost_overrides(kUnitMessageS, 0));
-  const auto with_byte = simulate(jobs, cost_overrides(0, kUnitByteS));
-  std::vector<double> message, byte;
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    message.push_back((with_message[i] - base[i]) / kUnitMessageS);
-    byte.push_back((with_byte[i] - base[i]) / kUnitByteS);
-  }
-  const Fit fit = fit_costs(real, base, message, byte);
-  const Overrides fitted = cost_overrides(fit.per_message_s, fit.byte_s);
+  const Costs fit = fit_costs(jobs, real);
+  const Overrides fitted = cost_overrides(fit);
   const auto check = simulate(jobs, fitted);
 
   std::ostringstream table;
@@ -236,14 +374,16 @@ int run_calibrate(const CalibrateOptions& options) {
   std::ostringstream fragment;
   fragment << "# pstwin calibrate --van " << realnet::van_name(van) << ", " << utc_now() << "\n"
            << "# machine: " << machine << "\n"
-           << "# " << summary << " (1 server, 1 worker on loopback; sizes " << options.sizes << ")\n"
+           << "# " << summary << " (1 server, 2 workers on loopback; sizes " << options.sizes << ")\n"
            << "# the send and receive sides are assumed equal: loopback times cannot tell them apart\n"
+           << "# per message, per byte within cache_bytes and past them, and the wake-up of an idle van\n"
            << "[cpu]\n";
   for (const auto& [path, value] : fitted)
-    fragment << path.substr(path.find('.') + 1) << " = " << value << "\n";
+    if (path != "cpu.shared_cores" && path != "cpu.core_scope")  // the fit's own machine, written below
+      fragment << path.substr(path.find('.') + 1) << " = " << value << "\n";
   // Where nodes share this machine's CPUs (placed on one host, or a loopback or namespace cluster with
   // core_scope = "machine"), their costs wait for a free one; elsewhere the field changes nothing.
-  const unsigned cpus = std::clamp(std::thread::hardware_concurrency(), 1u, 4096u);
+  const unsigned cpus = machine_cpus();
   fragment << "# this machine's CPUs, shared by the nodes of one host (core_scope = \"machine\": of every "
               "host)\n"
            << "shared_cores = " << cpus << "\n";

@@ -1253,6 +1253,28 @@ std::vector<Field> make_registry() {
                          "Simulator: per-byte part of the receive cost, a message's bytes at this rate. 0: "
                          "none."));
   f.push_back(make_field(
+      "cpu.cache_bytes", PSTWIN_MEMBER(cpu.cache_bytes), SizeCodec{},
+      "Simulator: with cpu.send_bandwidth_beyond_cache and cpu.receive_bandwidth_beyond_cache, the bytes of "
+      "a "
+      "message charged at cpu.send_bandwidth / cpu.receive_bandwidth; the rest go at the beyond-cache rates "
+      "(a message larger than a core's cache is copied and checksummed at memory speed). `pstwin calibrate` "
+      "fits it. 0: every byte at cpu.send_bandwidth / cpu.receive_bandwidth."));
+  f.push_back(
+      make_field("cpu.send_bandwidth_beyond_cache", PSTWIN_MEMBER(cpu.send_bandwidth_beyond_cache_Bps), rate,
+                 "Simulator: per-byte part of the send cost for a message's bytes past cpu.cache_bytes, "
+                 "e.g. \"3GBps\". 0: cpu.send_bandwidth."));
+  f.push_back(make_field("cpu.receive_bandwidth_beyond_cache",
+                         PSTWIN_MEMBER(cpu.receive_bandwidth_beyond_cache_Bps), rate,
+                         "Simulator: per-byte part of the receive cost for a message's bytes past "
+                         "cpu.cache_bytes. 0: cpu.receive_bandwidth."));
+  f.push_back(make_field(
+      "cpu.wakeup", PSTWIN_MEMBER(cpu.wakeup_s), duration,
+      "Simulator: how long a node's van takes to wake for a message that finds it idle (its `net` lane free "
+      "and nothing queued for its loop): the receive cost starts that much later. A delay, not CPU time: "
+      "the lane and cores stay free meanwhile. A busy node reads the next message without it, so a "
+      "pipelined stream pays it once and a blocking round trip at every hop. `pstwin calibrate` fits it "
+      "(docs/FIDELITY.md). 0: none."));
+  f.push_back(make_field(
       "cpu.shared_cores", PSTWIN_MEMBER(cpu.shared_cores), IntCodec{0},
       "Simulator: the cores that the `net` lanes of the nodes placed together share (see cpu.core_scope): "
       "each send or receive cost then also needs one of them, booked in the order charged, so nodes whose "
@@ -1892,6 +1914,18 @@ class Validator {
            "shares the cores on which the van's costs run, and no cost is set; set cpu.send_per_message, "
            "cpu.send_bandwidth, cpu.receive_per_message or cpu.receive_bandwidth (`pstwin calibrate` "
            "writes them), or remove cpu.shared_cores");
+    const bool beyond = cpu.send_bandwidth_beyond_cache_Bps > 0 || cpu.receive_bandwidth_beyond_cache_Bps > 0;
+    if (beyond && cpu.cache_bytes == 0)
+      fail(cpu.send_bandwidth_beyond_cache_Bps > 0 ? "cpu.send_bandwidth_beyond_cache"
+                                                   : "cpu.receive_bandwidth_beyond_cache",
+           "applies to a message's bytes past cpu.cache_bytes, which is 0; set cpu.cache_bytes (e.g. "
+           "\"512KB\", "
+           "as `pstwin calibrate` fits it) or remove the beyond-cache rates");
+    if (cpu.cache_bytes > 0 && !beyond)
+      fail("cpu.cache_bytes",
+           "says where the beyond-cache rates begin, and neither cpu.send_bandwidth_beyond_cache nor "
+           "cpu.receive_bandwidth_beyond_cache is set; set them (`pstwin calibrate` writes them) or remove "
+           "cpu.cache_bytes");
     // "host", the default, is accepted alone: a resolved scenario (`pstwin check`) writes every field.
     if (cpu.shared_cores == 0 && cpu.core_scope != "host")
       fail("cpu.core_scope",

@@ -194,22 +194,44 @@ struct CpuConfig {
   double receive_per_message_s = 0;
   double send_bandwidth_Bps = 0;  // per-byte part: bytes / this (0: none)
   double receive_bandwidth_Bps = 0;
+  // A message's bytes past its first cache_bytes go at these rates instead: a copy, checksum or sum
+  // of a message larger than a core's cache runs at memory speed (0 or no cache_bytes: the rates
+  // above for every byte).
+  std::uint64_t cache_bytes = 0;
+  double send_bandwidth_beyond_cache_Bps = 0;
+  double receive_bandwidth_beyond_cache_Bps = 0;
+  // How long a node's van takes to wake for a message that finds it idle (its net lane free, its
+  // loop with nothing queued): latency, not CPU, so no lane or core is held meanwhile.
+  double wakeup_s = 0;
   // The cores the net lanes of the nodes on one host (core_scope "host") or of every host
   // ("machine": a loopback or namespace cluster on one machine) share; 0: a core per lane.
   int shared_cores = 0;
   std::string core_scope = "host";
   bool charged() const {
     return send_per_message_s > 0 || receive_per_message_s > 0 || send_bandwidth_Bps > 0 ||
-           receive_bandwidth_Bps > 0;
+           receive_bandwidth_Bps > 0 || send_bandwidth_beyond_cache_Bps > 0 ||
+           receive_bandwidth_beyond_cache_Bps > 0 || wakeup_s > 0;
   }
-  double send_cost(std::uint64_t bytes) const { return cost(send_per_message_s, send_bandwidth_Bps, bytes); }
+  double send_cost(std::uint64_t bytes) const {
+    return cost(send_per_message_s, send_bandwidth_Bps, send_bandwidth_beyond_cache_Bps, bytes);
+  }
   double receive_cost(std::uint64_t bytes) const {
-    return cost(receive_per_message_s, receive_bandwidth_Bps, bytes);
+    return cost(receive_per_message_s, receive_bandwidth_Bps, receive_bandwidth_beyond_cache_Bps, bytes);
+  }
+  // The per-byte part of receive_cost.
+  double receive_bytes_cost(std::uint64_t bytes) const {
+    return cost(0, receive_bandwidth_Bps, receive_bandwidth_beyond_cache_Bps, bytes);
   }
 
  private:
-  static double cost(double per_message_s, double bandwidth_Bps, std::uint64_t bytes) {
-    return per_message_s + (bandwidth_Bps > 0 ? static_cast<double>(bytes) / bandwidth_Bps : 0);
+  double cost(double per_message_s, double bandwidth_Bps, double beyond_cache_Bps,
+              std::uint64_t bytes) const {
+    const std::uint64_t cached =
+        cache_bytes > 0 && beyond_cache_Bps > 0 ? std::min(bytes, cache_bytes) : bytes;
+    const auto per_byte = [](std::uint64_t n, double Bps) {
+      return Bps > 0 ? static_cast<double>(n) / Bps : 0;
+    };
+    return per_message_s + per_byte(cached, bandwidth_Bps) + per_byte(bytes - cached, beyond_cache_Bps);
   }
 };
 
