@@ -14,9 +14,12 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <regex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -221,6 +224,87 @@ TEST(Device, WithoutAGpuTheCudaPathFailsNamingTheCall) {
               std::string::npos)
         << run.output;
   }
+}
+
+// What every process of `pstwin ARGS` loaded, at start or by dlopen, as ld.so itself records it
+// (LD_DEBUG=files, a file per process: the command and every node it starts).
+struct LoadRecord {
+  testing::CommandResult run;
+  int processes = 0;
+  std::set<std::string> objects;  // file names: "libzmq.so.5", "libpstwin_cuda.so"
+};
+
+LoadRecord record_loads(const std::string& args, const std::filesystem::path& dir) {
+  LoadRecord record;
+  const auto logs = dir / "ld";
+  std::filesystem::create_directories(logs);
+  record.run = testing::run_shell("LD_DEBUG=files LD_DEBUG_OUTPUT=" + (logs / "ld").string() +
+                                  " " PSTWIN_BINARY " " + args);
+  const std::regex loaded(R"(file=(\S+) \[\d+\];\s+(needed by|dynamically loaded by))");
+  for (const auto& entry : std::filesystem::directory_iterator(logs)) {
+    ++record.processes;
+    std::ifstream in(entry.path());
+    std::smatch match;
+    for (std::string line; std::getline(in, line);)
+      if (std::regex_search(line, match, loaded))
+        record.objects.insert(std::filesystem::path(match[1].str()).filename().string());
+  }
+  return record;
+}
+
+std::vector<std::string> cuda_objects(const LoadRecord& record) {
+  std::vector<std::string> found;
+  for (const auto& name : record.objects)
+    if (name.find("cuda") != std::string::npos || name.find("cublas") != std::string::npos ||
+        name.find("nccl") != std::string::npos)
+      found.push_back(name);
+  return found;
+}
+
+// libcudart, cuBLAS and NCCL come with the CUDA module (cuda/cuda_module.hpp), which only the device path
+// opens: a CPU job's processes never load them. In a CUDA build the same job on "cuda" shows that the
+// record sees the module when it is loaded.
+TEST(Device, ACpuJobNeverLoadsTheCudaLibraries) {
+  const auto dir = fresh_dir("device-cpu-loads");
+  const auto cpu =
+      record_loads("run scenarios/quickstart.toml -q --out " + (dir / "cpu-out").string(), dir / "cpu");
+  ASSERT_EQ(cpu.run.exit_code, 0) << cpu.run.output;
+  EXPECT_GE(cpu.processes, 8) << "pstwin run and its 7 nodes each leave a record";
+  EXPECT_TRUE(cpu.objects.contains("libzmq.so.5")) << "the record names what every pstwin links";
+  EXPECT_EQ(cuda_objects(cpu), std::vector<std::string>{}) << "a CPU job loaded CUDA libraries";
+  if (!built_with_cuda()) return;
+  const auto gpu = record_loads(
+      "run scenarios/quickstart.toml -q --set workload.device=cuda --out " + (dir / "gpu-out").string(),
+      dir / "gpu");
+  EXPECT_TRUE(gpu.run.exit_code == 0 || gpu.run.exit_code == 2) << gpu.run.output;  // 2: no GPU here
+  const auto loaded = cuda_objects(gpu);
+  for (const std::string name : {"libpstwin_cuda.so", "libcudart.so.13"})
+    EXPECT_NE(std::find(loaded.begin(), loaded.end(), name), loaded.end()) << name << " not in the record";
+}
+
+// The module where an installed pstwin looks first is not a shared object: the device path is refused
+// naming the field, the module, dlopen's reason and the fix, with exit 2.
+TEST(Device, ACudaModuleThatDoesNotLoadIsRefusedNamingItAndTheFix) {
+  SKIP_WITHOUT_CUDA_BUILD();
+  const auto dir = fresh_dir("device-broken-module");
+  // An installed tree's binary: a hard link, so that /proc/self/exe names this path (a copy where the
+  // temporary directory is on another file system).
+  const auto bin = dir / "bin" / "pstwin";
+  std::filesystem::create_directories(bin.parent_path());
+  std::error_code error;
+  std::filesystem::create_hard_link(PSTWIN_BINARY, bin, error);
+  if (error) std::filesystem::copy_file(PSTWIN_BINARY, bin);
+  const auto module = (bin.parent_path() / PSTWIN_CUDA_MODULE_FROM_BIN).lexically_normal();
+  std::filesystem::create_directories(module.parent_path());
+  std::ofstream(module) << "not a shared object\n";
+  const auto run = testing::run_shell(bin.string() +
+                                      " run scenarios/quickstart.toml -q --set workload.device=cuda --out " +
+                                      (dir / "out").string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  for (const std::string& part :
+       {std::string("workload.device = \"cuda\""), "cannot load the CUDA module " + module.string() + ": ",
+        std::string("cmake --install"), std::string("workload.device = \"cpu\"")})
+    EXPECT_NE(run.output.find(part), std::string::npos) << part << "\n" << run.output;
 }
 
 // workload.kind = "mlp" on "cuda" in the simulator: the CPU computes the step (the model is the CPU

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/cuda_tensors.hpp"
+#include "cuda/cuda_gpu.hpp"
 #include "cuda/mlp_kernels.hpp"
 
 namespace pstwin::cuda {
@@ -238,13 +238,9 @@ class CudaMlpStep final : public DeviceMlpStep {
 
 }  // namespace
 
-std::unique_ptr<DeviceMlpStep> make_mlp_step(std::span<const std::size_t> layers, std::size_t max_batch,
-                                             int rank) {
+std::unique_ptr<DeviceMlpStep> gpu::make_mlp_step(std::span<const std::size_t> layers, std::size_t max_batch,
+                                                  int rank) {
   return std::make_unique<CudaMlpStep>(layers, max_batch, rank);
-}
-
-MlpStepFactory mlp_step_factory() {
-  return make_mlp_step;
 }
 
 }  // namespace pstwin::cuda

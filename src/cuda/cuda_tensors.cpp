@@ -1,4 +1,4 @@
-#include "cuda/cuda_tensors.hpp"
+#include "cuda/cuda_gpu.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -170,6 +170,8 @@ class CudaTensors final : public DeviceTensors {
 
 }  // namespace
 
+namespace gpu {
+
 Availability availability() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
@@ -182,8 +184,5 @@ std::unique_ptr<DeviceTensors> make_device_tensors(const SyntheticWorkload& work
   return std::make_unique<CudaTensors>(workload, rank);
 }
 
-DeviceFactory device_factory() {
-  return make_device_tensors;
-}
-
+}  // namespace gpu
 }  // namespace pstwin::cuda

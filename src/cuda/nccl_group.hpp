@@ -1,6 +1,7 @@
 // ps.local_reduce = "nccl" on GPUs: ps/device.hpp's DeviceGroup over an NCCL communicator, which
-// CudaTensors (cuda_tensors.cpp) opens for its worker. Built from nccl_group.cpp where CMake found NCCL
-// (PSTWIN_NCCL), else from nccl_missing.cpp, whose every call fails with the reason.
+// CudaTensors (cuda_tensors.cpp) opens for its worker; part of the module libpstwin_cuda.so. Built from
+// nccl_group.cpp where CMake found NCCL (PSTWIN_NCCL), else from nccl_missing.cpp, whose every call
+// fails with the reason.
 #pragma once
 
 #include <cuda_runtime_api.h>

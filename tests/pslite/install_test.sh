@@ -31,6 +31,19 @@ flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs pstwi
 c++ "$source/tests/external_project/sum_app.cpp" -o "$prefix-user/sum_app_pc" $flags
 python3 "$source/tests/pslite/run_job.py" --servers 1 --workers 1 -- "$prefix-user/sum_app_pc"
 
+# The CUDA module, where this build has one: installed, and the one the installed pstwin opens on the
+# device path (ld.so's record of every object each process loaded; exit 2 without a GPU).
+if [[ -e $build/src/libpstwin_cuda.so ]]; then
+  module=$prefix/lib/pstwin/libpstwin_cuda.so
+  [[ -e $module ]] || { echo "install_test: $module was not installed"; exit 1; }
+  mkdir -p "$prefix-user/ld"
+  (cd / && LD_DEBUG=files LD_DEBUG_OUTPUT="$prefix-user/ld/ld" "$prefix/bin/pstwin" run -q \
+     "$prefix/share/pstwin/scenarios/quickstart.toml" --set workload.device=cuda --out "$prefix-user/cuda" \
+     > /dev/null 2>&1) || true
+  grep -qF "file=$module [" "$prefix-user"/ld/ld.* ||
+    { echo "install_test: the installed pstwin did not open $module for workload.device = \"cuda\""; exit 1; }
+fi
+
 # The installed binary's default scenario is the installed quickstart: one iteration fewer than the
 # source tree's makes the difference visible in the workers' summaries.
 iterations=$(sed -n 's/^iterations = \([0-9]*\)$/\1/p' "$prefix/share/pstwin/scenarios/quickstart.toml")
