@@ -352,12 +352,10 @@ SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(nod
   for (int i = 0; i < lanes; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->name = lanes == 1 ? name_ : name_ + "." + std::to_string(i);
-    lane->mutex = s4u::Mutex::create();
-    lane->ready = s4u::ConditionVariable::create();
     Lane* raw = lane.get();
-    create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] {
-      run_lane(*raw);
-    })->daemonize();
+    lane->actor =
+        create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] { run_lane(*raw); });
+    lane->actor->daemonize();
     lanes_.push_back(std::move(lane));
   }
 }
@@ -366,21 +364,35 @@ void SimExecutor::submit(int lane, std::string_view label, ComputeCost cost, std
                          std::function<void()> done) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
   target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done)});
-  target.ready->notify_one();
+  wake(target);
 }
 
 void SimExecutor::submit_tagged(int lane, std::string_view label, ComputeCost cost,
                                 std::function<void()> work, std::function<void()> done, SpanTags tags) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
   target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done), std::move(tags)});
-  target.ready->notify_one();
+  wake(target);
+}
+
+void SimExecutor::wake(Lane& lane) {
+  // One simcall either way: the yield orders the submitter after the lane it woke.
+  if (lane.parked)
+    lane.actor->resume();
+  else
+    s4u::this_actor::yield();
 }
 
 void SimExecutor::run_lane(Lane& lane) {
   const double jitter = node_.cluster().scenario().perturbation.executor_jitter_s;
-  std::unique_lock lock(*lane.mutex);
+  // A simcall answered at once (as taking a free lock is): the lane's first steps come after those of
+  // the actors that start with it, an order the run's outputs depend on.
+  s4u::this_actor::yield();
   while (true) {
-    while (lane.tasks.empty()) lane.ready->wait(lock);
+    while (lane.tasks.empty()) {
+      lane.parked = true;
+      s4u::this_actor::suspend();
+      lane.parked = false;
+    }
     Task task = std::move(lane.tasks.front());
     lane.tasks.pop_front();
     if (jitter > 0) s4u::this_actor::sleep_for(node_.random("executor.jitter").uniform(0, jitter));
@@ -519,7 +531,7 @@ void SimNode::connect(NodeId id, std::string_view address) {
   auto& book = cluster_.address_book();
   const auto* entry = book.find(id);
   if (entry && entry->address == address) {  // the usual case: another node bound it the same way
-    own_bindings_.erase(id);
+    if (!own_bindings_.empty()) own_bindings_.erase(id);
     bound_.insert(entry->slot);
     return;
   }

@@ -164,13 +164,19 @@ class SimExecutor final : public Executor {
                      std::function<void()> done, SpanTags tags) override;
 
  private:
+  // A lane's actor suspends itself when it has nothing to run and is resumed by the next submit: the
+  // same yields, in the same order of actors, as waiting on a condition variable (a resume puts the
+  // lane in SimGrid's run list ahead of the submitter, as a notify does; a submit to a busy lane is a
+  // plain yield, as a notify nobody waits for is), without the mutex reacquisition, wait record and
+  // CPU sleep action SimGrid allocates for each wait.
   struct Lane {
     std::string name;
     std::deque<Task> tasks;
-    simgrid::s4u::MutexPtr mutex;
-    simgrid::s4u::ConditionVariablePtr ready;
+    simgrid::s4u::ActorPtr actor;
+    bool parked = false;  // the lane's actor suspended itself (resumed, it runs soon and clears this)
   };
   void run_lane(Lane& lane);
+  static void wake(Lane& lane);
   SimNode& node_;
   std::string name_;
   std::vector<std::unique_ptr<Lane>> lanes_;
