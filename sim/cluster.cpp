@@ -352,6 +352,9 @@ SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(nod
   for (int i = 0; i < lanes; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->name = lanes == 1 ? name_ : name_ + "." + std::to_string(i);
+    // A simcall, as creating a lane's condition variable was: a protocol built on an actor
+    // (pstwin-simapp's processes) yields as often, so its runs keep their order of events.
+    s4u::this_actor::yield();
     Lane* raw = lane.get();
     lane->actor =
         create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] { run_lane(*raw); });
@@ -463,7 +466,11 @@ void SimNode::spawn(Seconds start_delay) {
 
 void SimNode::run() {
   protocol_->start();
-  std::unique_lock lock(*mutex_);
+  std::unique_lock<s4u::Mutex> lock;  // a watched node's
+  if (watched_)
+    lock = std::unique_lock(*mutex_);
+  else
+    wakeup_.begin();
   while (!stopped_) {
     if (!events_.empty()) {
       auto event = std::move(events_.front());
@@ -475,15 +482,29 @@ void SimNode::run() {
       continue;
     }
     if (timers_.empty()) {
-      wake_->wait(lock);
+      if (watched_)
+        wake_->wait(lock);
+      else
+        wakeup_.wait();
       continue;
     }
     if (auto fire = timers_.pop_due(now())) {
       (*fire)();
       continue;
     }
-    wake_->wait_until(lock, timers_.next_deadline());
+    if (watched_)
+      wake_->wait_until(lock, timers_.next_deadline());
+    else
+      wakeup_.wait_until(timers_.next_deadline());
   }
+  if (!watched_) wakeup_.end();
+}
+
+void SimNode::wake() {
+  if (watched_)
+    wake_->notify_one();
+  else
+    wakeup_.notify();
 }
 
 void SimNode::deliver(Message message) {
@@ -501,12 +522,12 @@ void SimNode::deliver(Message message) {
       timers_.add(charge_net("receive", cost, carried), [this, message = std::move(message)]() mutable {
         protocol_->on_message(std::move(message));
       });
-      wake_->notify_one();
+      wake();
       return;
     }
   }
   events_.emplace_back(std::in_place_index<1>, std::move(message));
-  wake_->notify_one();
+  wake();
 }
 
 Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message) {
@@ -520,7 +541,7 @@ Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMess
 void SimNode::post(std::function<void()> event) {
   if (!event || crashed_) return;
   events_.emplace_back(std::in_place_index<0>, std::move(event));
-  wake_->notify_one();
+  wake();
 }
 
 void SimNode::set_self(NodeId id) {
@@ -621,7 +642,7 @@ Seconds SimNode::now() const {
 
 TimerId SimNode::start_timer(Seconds delay, std::function<void()> fire) {
   const TimerId id = timers_.add(now() + delay, std::move(fire));
-  wake_->notify_one();
+  wake();
   return id;
 }
 
@@ -677,7 +698,7 @@ void SimNode::crash() {
   // handed to its connections still arrive, as the kernel sends what a killed process wrote.
   events_.clear();
   timers_ = TimerQueue{};
-  wake_->notify_all();
+  wake();
 }
 
 void SimNode::stop() {

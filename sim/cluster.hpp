@@ -33,6 +33,7 @@
 #include "sim/message_network.hpp"
 #include "sim/platform.hpp"
 #include "sim/shared_cores.hpp"
+#include "sim/wakeup.hpp"
 
 namespace pstwin::sim {
 
@@ -196,6 +197,9 @@ class SimNode final : public Runtime {
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
   const Node* protocol() const { return protocol_.get(); }
+  // Before spawn, when an actor will wait_stopped(): the loop then holds mutex_ while it runs and
+  // waits on a condition variable, whose hand-overs of mutex_ order that actor's steps.
+  void expect_watcher() { watched_ = true; }
   void spawn(Seconds start_delay);
   void deliver(Message message);           // a message arrived from the network
   void post(std::function<void()> event);  // run on this node's event loop
@@ -251,6 +255,7 @@ class SimNode final : public Runtime {
 
  private:
   void run();
+  void wake();                     // the loop has an event or a timer
   SimNode* peer(NodeId id) const;  // the node this one bound `id` to, null if none
   Stream& stream_to(NodeId to);
   void pump();  // send pool: bulk messages to idle connections while slots are free
@@ -274,6 +279,8 @@ class SimNode final : public Runtime {
   std::uint64_t next_sequence_ = 1;
   Seconds net_free_at_ = 0;       // charge_net: the net lane is busy until then
   SharedCores* cores_ = nullptr;  // cpu.shared_cores: what the net lane runs on (null: a core of its own)
+  bool watched_ = false;          // expect_watcher(): mutex_ and wake_ instead of wakeup_
+  Wakeup wakeup_;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
   simgrid::s4u::ConditionVariablePtr stopped_changed_;
