@@ -362,12 +362,13 @@ SimExecutor::SimExecutor(SimNode& node, std::string name, int lanes) : node_(nod
   for (int i = 0; i < lanes; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->name = lanes == 1 ? name_ : name_ + "." + std::to_string(i);
-    lane->mutex = s4u::Mutex::create();
-    lane->ready = s4u::ConditionVariable::create();
+    // A simcall, as creating a lane's condition variable was: a protocol built on an actor
+    // (pstwin-simapp's processes) yields as often, so its runs keep their order of events.
+    s4u::this_actor::yield();
     Lane* raw = lane.get();
-    create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] {
-      run_lane(*raw);
-    })->daemonize();
+    lane->actor =
+        create_actor(node_.label() + " " + lane->name, node_.host(), [this, raw] { run_lane(*raw); });
+    lane->actor->daemonize();
     lanes_.push_back(std::move(lane));
   }
 }
@@ -376,21 +377,35 @@ void SimExecutor::submit(int lane, std::string_view label, ComputeCost cost, std
                          std::function<void()> done) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
   target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done)});
-  target.ready->notify_one();
+  wake(target);
 }
 
 void SimExecutor::submit_tagged(int lane, std::string_view label, ComputeCost cost,
                                 std::function<void()> work, std::function<void()> done, SpanTags tags) {
   auto& target = *lanes_.at(static_cast<std::size_t>(lane) % lanes_.size());
   target.tasks.push_back({std::string(label), cost, std::move(work), std::move(done), std::move(tags)});
-  target.ready->notify_one();
+  wake(target);
+}
+
+void SimExecutor::wake(Lane& lane) {
+  // One simcall either way: the yield orders the submitter after the lane it woke.
+  if (lane.parked)
+    lane.actor->resume();
+  else
+    s4u::this_actor::yield();
 }
 
 void SimExecutor::run_lane(Lane& lane) {
   const double jitter = node_.cluster().scenario().perturbation.executor_jitter_s;
-  std::unique_lock lock(*lane.mutex);
+  // A simcall answered at once (as taking a free lock is): the lane's first steps come after those of
+  // the actors that start with it, an order the run's outputs depend on.
+  s4u::this_actor::yield();
   while (true) {
-    while (lane.tasks.empty()) lane.ready->wait(lock);
+    while (lane.tasks.empty()) {
+      lane.parked = true;
+      s4u::this_actor::suspend();
+      lane.parked = false;
+    }
     Task task = std::move(lane.tasks.front());
     lane.tasks.pop_front();
     if (jitter > 0) s4u::this_actor::sleep_for(node_.random("executor.jitter").uniform(0, jitter));
@@ -461,7 +476,11 @@ void SimNode::spawn(Seconds start_delay) {
 
 void SimNode::run() {
   protocol_->start();
-  std::unique_lock lock(*mutex_);
+  std::unique_lock<s4u::Mutex> lock;  // a watched node's
+  if (watched_)
+    lock = std::unique_lock(*mutex_);
+  else
+    wakeup_.begin();
   while (!stopped_) {
     if (!events_.empty()) {
       auto event = std::move(events_.front());
@@ -473,15 +492,29 @@ void SimNode::run() {
       continue;
     }
     if (timers_.empty()) {
-      wake_->wait(lock);
+      if (watched_)
+        wake_->wait(lock);
+      else
+        wakeup_.wait();
       continue;
     }
     if (auto fire = timers_.pop_due(now())) {
       (*fire)();
       continue;
     }
-    wake_->wait_until(lock, timers_.next_deadline());
+    if (watched_)
+      wake_->wait_until(lock, timers_.next_deadline());
+    else
+      wakeup_.wait_until(timers_.next_deadline());
   }
+  if (!watched_) wakeup_.end();
+}
+
+void SimNode::wake() {
+  if (watched_)
+    wake_->notify_one();
+  else
+    wakeup_.notify();
 }
 
 void SimNode::deliver(Message message, Seconds read_end) {
@@ -507,12 +540,12 @@ void SimNode::deliver(Message message, Seconds read_end) {
       timers_.add(ready, [this, message = std::move(message)]() mutable {
         protocol_->on_message(std::move(message));
       });
-      wake_->notify_one();
+      wake();
       return;
     }
   }
   events_.emplace_back(std::in_place_index<1>, std::move(message));
-  wake_->notify_one();
+  wake();
 }
 
 Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMessage& message,
@@ -527,7 +560,7 @@ Seconds SimNode::charge_net(std::string_view what, Seconds cost, const TraceMess
 void SimNode::post(std::function<void()> event) {
   if (!event || crashed_) return;
   events_.emplace_back(std::in_place_index<0>, std::move(event));
-  wake_->notify_one();
+  wake();
 }
 
 void SimNode::set_self(NodeId id) {
@@ -538,7 +571,7 @@ void SimNode::connect(NodeId id, std::string_view address) {
   auto& book = cluster_.address_book();
   const auto* entry = book.find(id);
   if (entry && entry->address == address) {  // the usual case: another node bound it the same way
-    own_bindings_.erase(id);
+    if (!own_bindings_.empty()) own_bindings_.erase(id);
     bound_.insert(entry->slot);
     return;
   }
@@ -628,7 +661,7 @@ Seconds SimNode::now() const {
 
 TimerId SimNode::start_timer(Seconds delay, std::function<void()> fire) {
   const TimerId id = timers_.add(now() + delay, std::move(fire));
-  wake_->notify_one();
+  wake();
   return id;
 }
 
@@ -684,7 +717,7 @@ void SimNode::crash() {
   // handed to its connections still arrive, as the kernel sends what a killed process wrote.
   events_.clear();
   timers_ = TimerQueue{};
-  wake_->notify_all();
+  wake();
 }
 
 void SimNode::stop() {

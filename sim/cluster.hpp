@@ -33,6 +33,7 @@
 #include "sim/message_network.hpp"
 #include "sim/platform.hpp"
 #include "sim/shared_cores.hpp"
+#include "sim/wakeup.hpp"
 
 namespace pstwin::sim {
 
@@ -166,13 +167,19 @@ class SimExecutor final : public Executor {
                      std::function<void()> done, SpanTags tags) override;
 
  private:
+  // A lane's actor suspends itself when it has nothing to run and is resumed by the next submit: the
+  // same yields, in the same order of actors, as waiting on a condition variable (a resume puts the
+  // lane in SimGrid's run list ahead of the submitter, as a notify does; a submit to a busy lane is a
+  // plain yield, as a notify nobody waits for is), without the mutex reacquisition, wait record and
+  // CPU sleep action SimGrid allocates for each wait.
   struct Lane {
     std::string name;
     std::deque<Task> tasks;
-    simgrid::s4u::MutexPtr mutex;
-    simgrid::s4u::ConditionVariablePtr ready;
+    simgrid::s4u::ActorPtr actor;
+    bool parked = false;  // the lane's actor suspended itself (resumed, it runs soon and clears this)
   };
   void run_lane(Lane& lane);
+  static void wake(Lane& lane);
   SimNode& node_;
   std::string name_;
   std::vector<std::unique_ptr<Lane>> lanes_;
@@ -192,6 +199,9 @@ class SimNode final : public Runtime {
 
   void attach(std::unique_ptr<Node> protocol) { protocol_ = std::move(protocol); }
   const Node* protocol() const { return protocol_.get(); }
+  // Before spawn, when an actor will wait_stopped(): the loop then holds mutex_ while it runs and
+  // waits on a condition variable, whose hand-overs of mutex_ order that actor's steps.
+  void expect_watcher() { watched_ = true; }
   void spawn(Seconds start_delay);
   // A message arrived from the network; its bytes are read by `read_end` (booked by the sender's stream).
   void deliver(Message message, Seconds read_end = 0);
@@ -248,6 +258,7 @@ class SimNode final : public Runtime {
 
  private:
   void run();
+  void wake();                     // the loop has an event or a timer
   SimNode* peer(NodeId id) const;  // the node this one bound `id` to, null if none
   Stream& stream_to(NodeId to);
   void pump();  // send pool: bulk messages to idle connections while slots are free
@@ -271,6 +282,8 @@ class SimNode final : public Runtime {
   std::uint64_t next_sequence_ = 1;
   Seconds net_free_at_ = 0;       // charge_net: the net lane is busy until then
   SharedCores* cores_ = nullptr;  // cpu.shared_cores: what the net lane runs on (null: a core of its own)
+  bool watched_ = false;          // expect_watcher(): mutex_ and wake_ instead of wakeup_
+  Wakeup wakeup_;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr wake_;
   simgrid::s4u::ConditionVariablePtr stopped_changed_;

@@ -12,7 +12,11 @@ namespace {
 constexpr double kTimeEpsilon = 1e-9;  // events this close to the clock are due: SimGrid's precision
 }  // namespace
 
-DaemonNetwork::DaemonNetwork() : mutex_(s4u::Mutex::create()), wake_(s4u::ConditionVariable::create()) {}
+DaemonNetwork::DaemonNetwork() {
+  // A simcall, as creating the daemon's condition variable was: built on an actor, it yields as
+  // often, so runs keep their order of events.
+  s4u::this_actor::yield();
+}
 
 void DaemonNetwork::start_daemon(const std::string& name, s4u::Host* home) {
   create_actor(name, home, [this] { run(); })->daemonize();
@@ -25,11 +29,11 @@ void DaemonNetwork::after(double delay, std::function<void()> fire) {
 }
 
 void DaemonNetwork::wake() {
-  wake_->notify_one();
+  wakeup_.notify();
 }
 
 void DaemonNetwork::run() {
-  std::unique_lock lock(*mutex_);
+  wakeup_.begin();
   while (true) {
     const double now = s4u::Engine::get_clock();
     // A callback may start a message or a timer that is due at once: repeat until quiet.
@@ -50,9 +54,9 @@ void DaemonNetwork::run() {
     double next = next_model_event();
     if (!timers_.empty()) next = std::min(next, timers_.front().time);
     if (std::isinf(next))
-      wake_->wait(lock);
+      wakeup_.wait();
     else
-      wake_->wait_until(lock, next);
+      wakeup_.wait_until(next);
   }
 }
 

@@ -11,6 +11,8 @@
 
 #include <simgrid/s4u.hpp>
 
+#include "sim/wakeup.hpp"
+
 namespace pstwin::sim {
 
 class MessageNetwork {
@@ -63,8 +65,7 @@ class DaemonNetwork : public MessageNetwork {
   }
   std::vector<Timer> timers_;
   std::uint64_t next_sequence_ = 0;
-  simgrid::s4u::MutexPtr mutex_;
-  simgrid::s4u::ConditionVariablePtr wake_;
+  Wakeup wakeup_;
 };
 
 }  // namespace pstwin::sim

@@ -417,6 +417,42 @@ TEST(Protocol, ABarrierRequestFromOutsideItsGroupIsNotCounted) {
             2);
 }
 
+TEST(Protocol, NodeTableViewsReadWhatTheTableDecodesToAndRefuseWhatItRefuses) {
+  const std::vector<NodeInfo> table{{kSchedulerId, Role::kScheduler, 0, "scheduler0@h0", "h0"},
+                                    {server_id(0), Role::kServer, 0, "server0@h1", "h1"},
+                                    {worker_id(7), Role::kWorker, 7, "worker7@rack3-host12", ""}};
+  const Payload body = encode_node_table(table);
+  std::string error;
+  const auto views = decode_node_table_views(body, error);
+  ASSERT_TRUE(views.has_value()) << error;
+  ASSERT_EQ(views->size(), table.size());
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ((*views)[i].id, table[i].id);
+    EXPECT_EQ((*views)[i].role, table[i].role);
+    EXPECT_EQ((*views)[i].rank, table[i].rank);
+    EXPECT_EQ((*views)[i].address, table[i].address);
+    EXPECT_EQ((*views)[i].host, table[i].host);
+  }
+  // Every truncation, a trailing byte and an unknown role: refused alike, with the same field named.
+  const auto bytes = body.bytes();
+  std::vector<Payload> bad;
+  for (std::size_t n = 0; n < bytes.size(); ++n) bad.push_back(Payload::copy_of(bytes.first(n)));
+  std::vector<std::byte> longer(bytes.begin(), bytes.end());
+  longer.push_back(std::byte{0});
+  bad.push_back(Payload::copy_of(longer));
+  std::vector<std::byte> role(bytes.begin(), bytes.end());
+  role[4 + 4] = std::byte{0x7f};  // the first entry's role, after the count and its id
+  bad.push_back(Payload::copy_of(role));
+  for (const auto& payload : bad) {
+    std::string table_error;
+    std::string view_error;
+    EXPECT_FALSE(decode_node_table(payload, table_error).has_value());
+    EXPECT_FALSE(decode_node_table_views(payload, view_error).has_value());
+    EXPECT_FALSE(table_error.empty());
+    EXPECT_EQ(view_error, table_error);
+  }
+}
+
 TEST(Protocol, SilentNodeIsDeclaredDeadAfterHeartbeatTimeout) {
   Scenario s = small_scenario("sync", 1, 1);
   s.ps.heartbeat_interval_s = 1;

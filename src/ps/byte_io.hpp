@@ -58,12 +58,19 @@ class ByteReader {
     return true;
   }
   bool str(std::string& s, const char* field) {
+    std::string_view view;
+    if (!str(view, field)) return false;
+    s.assign(view);
+    return true;
+  }
+  // The string in place: valid as long as the bytes read.
+  bool str(std::string_view& s, const char* field) {
     std::uint32_t n = 0;
     if (!u32(n, field)) return false;
     if (n > kMaxString)
       return fail(field, "length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
     if (bytes_.size() - pos_ < n) return fail(field, "truncated");
-    s.assign(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
+    s = std::string_view(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
     pos_ += n;
     return true;
   }

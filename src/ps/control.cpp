@@ -21,7 +21,9 @@ void write_info(ByteWriter& w, const NodeInfo& info) {
   w.str(info.host);
 }
 
-bool read_info(ByteReader& r, NodeInfo& info) {
+// NodeInfo or NodeInfoView.
+template <class Info>
+bool read_info(ByteReader& r, Info& info) {
   std::uint32_t role = 0;
   if (!r.i32(info.id, "node.id") || !r.u32(role, "node.role") || !r.i32(info.rank, "node.rank") ||
       !r.str(info.address, "node.address") || !r.str(info.host, "node.host"))
@@ -29,6 +31,37 @@ bool read_info(ByteReader& r, NodeInfo& info) {
   if (role > static_cast<std::uint32_t>(Role::kValidator)) return false;
   info.role = static_cast<Role>(role);
   return true;
+}
+
+template <class Info>
+std::optional<std::vector<Info>> decode_table(const Payload& payload, std::string& error) {
+  ByteReader r(control_bytes(payload));
+  std::uint32_t count = 0;
+  if (!r.u32(count, "table.count")) {
+    error = r.error();
+    return std::nullopt;
+  }
+  if (count > kMaxTableEntries) {
+    error = "table.count: " + std::to_string(count) + " entries exceeds " + std::to_string(kMaxTableEntries);
+    return std::nullopt;
+  }
+  std::vector<Info> table;
+  // Room for what the bytes can hold (an entry takes at least kMinEntryBytes), instead of growing
+  // and moving the entries along.
+  table.reserve(std::min<std::size_t>(count, r.remaining() / kMinEntryBytes));
+  for (std::uint32_t i = 0; i < count; ++i) {
+    Info info;
+    if (!read_info(r, info)) {
+      error = r.error().empty() ? "node.role: unknown role" : r.error();
+      return std::nullopt;
+    }
+    table.push_back(std::move(info));
+  }
+  if (!r.at_end("table")) {
+    error = r.error();
+    return std::nullopt;
+  }
+  return table;
 }
 
 }  // namespace
@@ -57,33 +90,11 @@ std::optional<NodeInfo> decode_node_info(const Payload& payload, std::string& er
 }
 
 std::optional<std::vector<NodeInfo>> decode_node_table(const Payload& payload, std::string& error) {
-  ByteReader r(control_bytes(payload));
-  std::uint32_t count = 0;
-  if (!r.u32(count, "table.count")) {
-    error = r.error();
-    return std::nullopt;
-  }
-  if (count > kMaxTableEntries) {
-    error = "table.count: " + std::to_string(count) + " entries exceeds " + std::to_string(kMaxTableEntries);
-    return std::nullopt;
-  }
-  std::vector<NodeInfo> table;
-  // Every node decodes the whole table (8,256 entries at 8,192 workers): room for what the bytes
-  // can hold (an entry takes at least 20), instead of growing and moving the strings along.
-  table.reserve(std::min<std::size_t>(count, r.remaining() / kMinEntryBytes));
-  for (std::uint32_t i = 0; i < count; ++i) {
-    NodeInfo info;
-    if (!read_info(r, info)) {
-      error = r.error().empty() ? "node.role: unknown role" : r.error();
-      return std::nullopt;
-    }
-    table.push_back(std::move(info));
-  }
-  if (!r.at_end("table")) {
-    error = r.error();
-    return std::nullopt;
-  }
-  return table;
+  return decode_table<NodeInfo>(payload, error);
+}
+
+std::optional<std::vector<NodeInfoView>> decode_node_table_views(const Payload& payload, std::string& error) {
+  return decode_table<NodeInfoView>(payload, error);
 }
 
 Payload encode_text(std::string_view text) {

@@ -202,7 +202,7 @@ void PsNode::on_failing(std::string_view why) {
 void PsNode::on_node_table(const Message& message) {
   if (phase_ != Phase::kRegistering) return;
   std::string error;
-  auto table = decode_node_table(message.payload, error);
+  const auto table = decode_node_table_views(message.payload, error);
   if (!table) {
     rt_.fail("malformed node table from the scheduler: " + error);
     return;

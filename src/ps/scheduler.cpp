@@ -56,16 +56,14 @@ void Scheduler::on_message(Message message) {
       return;
     case Command::kHeartbeat:
       // Answered, so a node can tell a dead scheduler from a quiet one (PsNode::heartbeat).
-      if (!h.is_response && std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; }))
-        send(h.sender, Command::kHeartbeat, true, 0);
+      if (!h.is_response && in_table(h.sender)) send(h.sender, Command::kHeartbeat, true, 0);
       return;
     case Command::kLbReport:
       on_lb_report(message);
       return;
     case Command::kWorkerDone:
       if (lost_workers_.contains(h.sender)) return;
-      if (role_of(h.sender) != Role::kWorker ||
-          !std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; })) {
+      if (role_of(h.sender) != Role::kWorker || !in_table(h.sender)) {
         rt_.log("scheduler: ignoring worker_done from node " + std::to_string(h.sender) +
                 ", which is not a worker of the node table");
         return;
@@ -74,7 +72,7 @@ void Scheduler::on_message(Message message) {
       maybe_shut_down();
       return;
     case Command::kShutdown:
-      if (h.is_response && std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; })) {
+      if (h.is_response && in_table(h.sender)) {
         shutdown_acks_.insert(h.sender);
         if (shutdown_acks_.size() + lost_workers_.size() == table_.size()) rt_.stop();
       }
@@ -87,7 +85,7 @@ void Scheduler::on_message(Message message) {
         fail_job(kNoNode, "a node gave up before the node table was complete: " + text);
         return;
       }
-      if (!std::ranges::any_of(table_, [&](const NodeInfo& n) { return n.id == h.sender; })) {
+      if (!in_table(h.sender)) {
         rt_.log("scheduler: ignoring a fatal notice from node " + std::to_string(h.sender) +
                 ", which is not in the node table: " + text);
         return;
@@ -231,6 +229,7 @@ void Scheduler::assign_ids() {
   }
   table_ = registrations_;
   std::sort(table_.begin(), table_.end(), [](const NodeInfo& a, const NodeInfo& b) { return a.id < b.id; });
+  members_.clear();
   for (const auto& info : table_) {
     rt_.connect(info.id, info.address);
     last_seen_[info.id] = rt_.now();
@@ -243,19 +242,24 @@ void Scheduler::assign_ids() {
   for (const auto& info : table_) send(info.id, Command::kNodeTable, false, 0, table);
 }
 
-std::vector<NodeId> Scheduler::members(int group_mask) const {
-  std::vector<NodeId> ids;
-  for (const auto& info : table_)
-    if ((group_of(info.role) & group_mask) && !lost_workers_.contains(info.id)) ids.push_back(info.id);
-  return ids;
+bool Scheduler::in_table(NodeId id) const {
+  return std::ranges::binary_search(table_, id, {}, &NodeInfo::id);
+}
+
+const std::vector<NodeId>& Scheduler::members(int group_mask) const {
+  auto [it, added] = members_.try_emplace(group_mask);
+  if (added)
+    for (const auto& info : table_)
+      if ((group_of(info.role) & group_mask) && !lost_workers_.contains(info.id))
+        it->second.push_back(info.id);
+  return it->second;
 }
 
 void Scheduler::on_barrier(const Message& message) {
   if (lost_workers_.contains(message.header.sender)) return;
   const int group = static_cast<int>(message.header.key);
   // Counted only from a member: a node of another group (or a forged request) would release it early.
-  const auto members_of_group = members(group);
-  if (std::ranges::find(members_of_group, message.header.sender) == members_of_group.end()) {
+  if (!std::ranges::binary_search(members(group), message.header.sender)) {
     rt_.log("scheduler: ignoring a barrier request of group " + std::to_string(group) + " from node " +
             std::to_string(message.header.sender) + ", which is not a member of it");
     return;
@@ -266,7 +270,7 @@ void Scheduler::on_barrier(const Message& message) {
 
 void Scheduler::release_barrier(int group) {
   auto& arrived = barrier_arrivals_[group];
-  const auto expected = members(group);
+  const auto& expected = members(group);
   if (arrived.empty() || arrived.size() < expected.size()) return;
   arrived.clear();
   observer_.barrier_released(group, rt_.now());
@@ -327,6 +331,7 @@ void Scheduler::lose_worker(const NodeInfo& info, const std::string& why) {
   rt_.log(why + "; the job goes on with " + std::to_string(live_workers() - 1) +
           " worker(s) (ps.on_worker_loss = \"continue\")");
   lost_workers_.insert(info.id);
+  members_.clear();
   gone_.insert(info.id);
   workers_done_.erase(info.id);
   for (auto& [group, arrived] : barrier_arrivals_) arrived.erase(info.id);

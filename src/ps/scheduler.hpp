@@ -49,7 +49,10 @@ class Scheduler final : public Node {
   void maybe_shut_down();
   int live_workers() const { return expected_workers_ - static_cast<int>(lost_workers_.size()); }
   void broadcast(Command command, const std::vector<NodeId>& to);
-  std::vector<NodeId> members(int group_mask) const;
+  bool in_table(NodeId id) const;  // table_ is sorted by id
+  // The live nodes of the groups in `group_mask`, in id order (kept until the table or the lost
+  // workers change: every barrier arrival checks its sender against them).
+  const std::vector<NodeId>& members(int group_mask) const;
   void send(NodeId to, Command command, bool response, std::uint64_t key, Payload payload = {});
 
   Runtime& rt_;
@@ -58,9 +61,10 @@ class Scheduler final : public Node {
   int expected_servers_;
   int expected_workers_;
   int expected_validators_;
-  std::vector<NodeInfo> registrations_;  // in arrival order until ids are assigned
-  std::vector<NodeInfo> table_;
-  std::map<int, std::set<NodeId>> barrier_arrivals_;  // group mask -> nodes waiting
+  std::vector<NodeInfo> registrations_;                 // in arrival order until ids are assigned
+  std::vector<NodeInfo> table_;                         // by id
+  mutable std::map<int, std::vector<NodeId>> members_;  // members(), by group mask
+  std::map<int, std::set<NodeId>> barrier_arrivals_;    // group mask -> nodes waiting
   std::map<NodeId, Seconds> last_seen_;
   std::set<NodeId> workers_done_;
   std::set<NodeId> shutdown_acks_;

@@ -88,6 +88,7 @@ class SimulatedProcesses final : public pslite::AppBackend {
                                            const pslite::MakeAppProtocol& make) override {
     SimulatedProcess& process = current();
     process.node->attach(make(*process.node, scenario_, scheduler_address_));
+    process.node->expect_watcher();  // the ps-lite facade waits for it to stop (SimNodeLink::watch)
     process.node->spawn(0);
     return std::make_unique<SimNodeLink>(*process.node);
   }

@@ -39,9 +39,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 0:
       round_trip(body, pstwin::decode_node_info, pstwin::encode_node_info);
       break;
-    case 1:
+    case 1: {
       round_trip(body, pstwin::decode_node_table, pstwin::encode_node_table);
+      // The views a node reads must agree with the table, entry by entry, and refuse what it refuses.
+      std::string error;
+      std::string view_error;
+      const auto table = pstwin::decode_node_table(body, error);
+      const auto views = pstwin::decode_node_table_views(body, view_error);
+      require(table.has_value() == views.has_value() && error == view_error);
+      if (table) {
+        require(table->size() == views->size());
+        for (std::size_t i = 0; i < table->size(); ++i)
+          require((*table)[i].id == (*views)[i].id && (*table)[i].role == (*views)[i].role &&
+                  (*table)[i].rank == (*views)[i].rank && (*table)[i].address == (*views)[i].address &&
+                  (*table)[i].host == (*views)[i].host);
+      }
       break;
+    }
     case 2:
       round_trip(body, pstwin::decode_decision, pstwin::encode_decision);
       break;
