@@ -277,6 +277,9 @@ Costs fit_costs(const std::vector<Job>& jobs, const std::vector<double>& real) {
       // Bytes past the cache cost at least what bytes within it do: the second coefficient is the
       // difference, so a fit that would make memory faster than the cache keeps one rate instead.
       const auto x = nonnegative_least_squares({per_message, per_byte, beyond, wakeup}, target, real);
+      // A split whose bytes within the cache cost nothing says only that the jobs' bytes cost more
+      // in large messages: not a cache. The candidate without a split (0) stands for it.
+      if (cache > 0 && x[2] > 0 && x[1] <= 0) continue;
       double error = 0;
       for (std::size_t i = 0; i < jobs.size(); ++i) {
         const double fitted =
