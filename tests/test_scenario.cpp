@@ -648,7 +648,6 @@ TEST(Scenario, CpuCostsSplitAMessageAtTheCacheSize) {
       "cpu.toml");
   EXPECT_NEAR(s.cpu.send_cost(500'000), 2e-6 + 500'000 / 4e9, 1e-15);
   EXPECT_NEAR(s.cpu.send_cost(3'000'000), 2e-6 + 1e6 / 4e9 + 2e6 / 2e9, 1e-15);
-  EXPECT_NEAR(s.cpu.receive_cost(3'000'000), 3e-6 + 1e6 / 8e9 + 2e6 / 1e9, 1e-15);
   EXPECT_NEAR(s.cpu.receive_bytes_cost(3'000'000), 1e6 / 8e9 + 2e6 / 1e9, 1e-15);
   // Without the split every byte goes at the cached rate.
   const Scenario flat = parse_scenario("[cpu]\nsend_bandwidth = \"4GBps\"\n", "cpu.toml");

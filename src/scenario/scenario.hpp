@@ -215,10 +215,7 @@ struct CpuConfig {
   double send_cost(std::uint64_t bytes) const {
     return cost(send_per_message_s, send_bandwidth_Bps, send_bandwidth_beyond_cache_Bps, bytes);
   }
-  double receive_cost(std::uint64_t bytes) const {
-    return cost(receive_per_message_s, receive_bandwidth_Bps, receive_bandwidth_beyond_cache_Bps, bytes);
-  }
-  // The per-byte part of receive_cost.
+  // The per-byte part of a receive, read while the message is sent (receive_per_message_s follows).
   double receive_bytes_cost(std::uint64_t bytes) const {
     return cost(0, receive_bandwidth_Bps, receive_bandwidth_beyond_cache_Bps, bytes);
   }
