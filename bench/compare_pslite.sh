@@ -7,12 +7,16 @@
 # alone (docs/PERFORMANCE.md).
 #
 # usage: bench/compare_pslite.sh [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR]
-#                                [--set FIELD=VALUE]...
+#                                [--set FIELD=VALUE]... [--floor]
 #   --anchors: the folder holding ps-lite/ and harness/ (default: ../shared/anchors beside the
 #   repository). It is copied to build/anchors and built there once (ps-lite needs libprotobuf-dev
 #   and protobuf-compiler); bench_loopback must be built (cmake --build build --target bench_loopback).
 #   --set: passed on to bench_loopback (pstwin's side only), e.g. --set ps.partition_bytes=4096000 to
 #   split each value as pstwin's default partitioning does (the harness sends one message per value).
+#   --floor: each round also runs bench/bench_floor_large (no PS code: the same bytes over bare sockets)
+#   for every size of 64 KB or more, with ps-lite's passes (no fill, no CRC; blocking with the value in
+#   one piece and in 256 KiB and 64 KiB chunks, the best kept; pipelined at credit 4) and with pstwin's
+#   (fill and CRC), and prints what 1.5x ps-lite would need against what the floor reached.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +25,7 @@ ROUNDS=3
 VAN=epoll
 SIZES=4KB,1MB,16MB
 SETS=()
+FLOOR=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -28,7 +33,8 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES=$2; shift 2 ;;
     --anchors) ANCHORS=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
-    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR] [--set FIELD=VALUE]..." >&2; exit 2 ;;
+    --floor) FLOOR=1; shift ;;
+    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR] [--set FIELD=VALUE]... [--floor]" >&2; exit 2 ;;
   esac
 done
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "compare_pslite.sh: --rounds '$ROUNDS': expected a whole number >= 1" >&2; exit 2 ;; esac
@@ -36,6 +42,11 @@ case "$ROUNDS" in ''|*[!0-9]*|0) echo "compare_pslite.sh: --rounds '$ROUNDS': ex
 BENCH="$ROOT/build/bench/bench_loopback"
 if [ ! -x "$BENCH" ]; then
   echo "compare_pslite.sh: $BENCH not built; run: cmake --build build --target bench_loopback" >&2
+  exit 2
+fi
+FLOOR_BIN="$ROOT/build/bench/bench_floor_large"
+if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
+  echo "compare_pslite.sh: $FLOOR_BIN not built; run: cmake --build build --target bench_floor_large" >&2
   exit 2
 fi
 WORK="$ROOT/build/anchors"
@@ -63,13 +74,28 @@ for round in $(seq 1 "$ROUNDS"); do
   OUT="$OUT/pslite.$round" BIN="$WORK/harness/pslite_bench" "$WORK/harness/run_pslite.sh" --sizes "$SIZES" \
     > "$OUT/pslite.$round.txt" 2>&1 ||
     { echo "compare_pslite.sh: the ps-lite harness failed; see $OUT/pslite.$round.txt" >&2; exit 1; }
+  if [ "$FLOOR" = 1 ]; then
+    : > "$OUT/floor.$round.txt"
+    for size in ${SIZES//,/ }; do
+      bytes=$(python3 -c "import sys; s=sys.argv[1]; u={'KB':1<<10,'MB':1<<20,'GB':1<<30}; print(int(s[:-2])*u[s[-2:]] if s[-2:] in u else int(s))" "$size")
+      [ "$bytes" -ge 65536 ] || continue
+      blocking_rounds=$(( bytes >= 8388608 ? 60 : 400 ))
+      for chunk in "$bytes" 262144 65536; do
+        [ "$chunk" -le "$bytes" ] || continue
+        "$FLOOR_BIN" --size "$bytes" --rounds "$blocking_rounds" --crc 0 --fill 0 --chunk "$chunk" >> "$OUT/floor.$round.txt"
+      done
+      "$FLOOR_BIN" --size "$bytes" --rounds "$(( blocking_rounds * 2 ))" --crc 0 --fill 0 --credit 4 >> "$OUT/floor.$round.txt"
+      "$FLOOR_BIN" --size "$bytes" --rounds "$blocking_rounds" --crc 1 --fill 1 >> "$OUT/floor.$round.txt"
+      "$FLOOR_BIN" --size "$bytes" --rounds "$(( blocking_rounds * 2 ))" --crc 1 --fill 1 --credit 4 >> "$OUT/floor.$round.txt"
+    done
+  fi
   echo "round $round of $ROUNDS done"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$OUT" "$ROUNDS" "$SIZES" <<'EOF'
+python3 - "$OUT" "$ROUNDS" "$SIZES" "$FLOOR" <<'EOF'
 import re, statistics, sys
-out, rounds, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+out, rounds, sizes, floor = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4] == "1"
 pstwin_line = re.compile(r"^(\S+)\s+pstwin blocking p50\s+([\d.]+) us p99\s+([\d.]+) us \| raw TCP ping-pong p50\s+([\d.]+) us"
                          r" p99\s+([\d.]+) us \| pstwin pipelined\s+([\d.]+) GB/s \| raw TCP stream\s+([\d.]+) GB/s")
 pslite_line = re.compile(r"^(\S+)\s+ps-lite blocking p50\s+([\d.]+) us p99\s+([\d.]+) us \| ps-lite pipelined\s+([\d.]+) GB/s")
@@ -97,4 +123,40 @@ for i, size in enumerate(sizes):
     print(f"| {size} | {p50:.1f} / {p99:.1f} us | {ps50:.1f} / {ps99:.1f} us | {ps50 / p50:.2f} | {ps99 / p99:.2f}"
           f" | {pipe:.3f} GB/s | {ps_pipe:.3f} GB/s | {pipe / ps_pipe:.2f} | {tcp50:.1f} us | {p50 / tcp50:.1f} x"
           f" | {stream:.3f} GB/s | {pipe / stream:.2f} |")
+if not floor:
+    sys.exit(0)
+# The floor: per round the best blocking p50 over the chunkings and the pipelined rate, then medians.
+floor_line = re.compile(r"^floor (\d+) B, chunk (\d+) B, credit (\d+), crc (\d), fill (\d): p50 ([\d.]+) us p99 ([\d.]+) us, ([\d.]+) GB/s")
+units = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+def to_bytes(size):
+    return int(size[:-2]) * units[size[-2:]] if size[-2:] in units else int(size)
+best = {}  # (bytes, passes, credit) -> list over rounds
+for r in range(1, rounds + 1):
+    per_round = {}
+    for m in map(floor_line.match, open(f"{out}/floor.{r}.txt")):
+        if not m:
+            continue
+        size, chunk, credit, crc, fill = map(int, m.groups()[:5])
+        p50, gbps = float(m.group(6)), float(m.group(8))
+        key = (size, "pstwin" if crc else "ps-lite", credit)
+        value = gbps if credit > 1 else p50
+        old = per_round.get(key)
+        per_round[key] = value if old is None else (max(old, value) if credit > 1 else min(old, value))
+    for key, value in per_round.items():
+        best.setdefault(key, []).append(value)
+print("\nthe floor (bench_floor_large: no PS code), medians of the per-round best; 1.5x ps-lite is below the"
+      " floor where it needs a lower p50 or a higher rate than the floor with ps-lite's passes reached")
+print("| value | floor p50, ps-lite's passes | floor p50, pstwin's | 1.5x ps-lite needs p50 | floor pipelined, ps-lite's"
+      " passes | floor pipelined, pstwin's | 1.5x ps-lite needs | within reach |")
+print("| --- " * 8 + "|")
+for i, size in enumerate(sizes):
+    b = to_bytes(size)
+    if (b, "ps-lite", 1) not in best:
+        continue
+    f50, fp50 = statistics.median(best[(b, "ps-lite", 1)]), statistics.median(best[(b, "pstwin", 1)])
+    fpipe, fppipe = statistics.median(best[(b, "ps-lite", 4)]), statistics.median(best[(b, "pstwin", 4)])
+    need50, needpipe = med(i, "ps_p50") / 1.5, med(i, "ps_pipe") * 1.5
+    reach = [name for name, ok in (("p50", need50 >= f50), ("pipelined", needpipe <= fpipe)) if ok]
+    print(f"| {size} | {f50:.1f} us | {fp50:.1f} us | {need50:.1f} us | {fpipe:.3f} GB/s | {fppipe:.3f} GB/s"
+          f" | {needpipe:.3f} GB/s | {', '.join(reach) if reach else 'neither'} |")
 EOF
