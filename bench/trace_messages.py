@@ -4,6 +4,8 @@
   trace_messages.py oneway RUN_DIR ITERATION      one-way times per sender/receiver class
   trace_messages.py keys RUN_DIR ITERATION PROCESS [N]   one aggregator's keys: pushes in, replies out
   trace_messages.py credit RUN_DIR ITERATION       reply received -> next push queued, per worker
+  trace_messages.py bursts RUN_DIR ITERATION       per worker: gaps between its pushes, pushes per burst
+                                                   (gaps under 10 us), round trip (push queued -> reply)
 
 RUN_DIR holds trace.json (`pstwin sim` or `pstwin run`). PROCESS is a process name as the trace shows
 it ("server 0", "worker 3"). Times in ms. A send span starts when the message was queued (real runs:
@@ -132,14 +134,44 @@ def credit(run_dir, iteration):
         print(f"push to a {to}: n={len(v)} p10 {v[len(v) // 10]:.2f} p50 {v[len(v) // 2]:.2f} p90 {v[9 * len(v) // 10]:.2f} ms after the last reply from it")
 
 
+def bursts(run_dir, iteration):
+    """Whether a worker's pushes go out evenly spaced or in bursts of its credit (docs/PERFORMANCE.md)."""
+    events, lanes, names = load(run_dir)
+    sent = collections.defaultdict(list)
+    rounds = collections.defaultdict(list)
+    replies = {}
+    matched = spans(events, lanes, iteration)
+    for (name, a, b, key), (t0, t1) in matched.items():
+        if name == "push_pull response":
+            replies[(b, a, key)] = t1
+    for (name, a, b, key), (t0, t1) in matched.items():
+        if name == "push_pull":
+            sent[a].append(t0)
+            if (a, b, key) in replies:
+                rounds[a].append(replies[(a, b, key)] - t0)
+    pct = lambda v, q: v[min(len(v) - 1, int(q * len(v)))]
+    for pid in sorted(sent):
+        times = sorted(sent[pid])
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        if not gaps:
+            continue
+        burst_count = 1 + sum(1 for a, b in zip(times, times[1:]) if b - a >= 10)
+        trip = sorted(rounds[pid])
+        print(f"{names.get(pid, str(pid)):9s} pushes {len(times):6d}, gap p10 {pct(gaps, 0.1):7.1f} p50 {pct(gaps, 0.5):7.1f}"
+              f" p90 {pct(gaps, 0.9):7.1f} us, {len(times) / burst_count:5.2f} pushes per burst, round trip"
+              f" p50 {pct(trip, 0.5) if trip else float('nan'):7.1f} p90 {pct(trip, 0.9) if trip else float('nan'):7.1f} us")
+
+
 def main(argv):
-    if len(argv) < 4 or argv[1] not in ("oneway", "keys", "credit"):
+    if len(argv) < 4 or argv[1] not in ("oneway", "keys", "credit", "bursts"):
         sys.exit(__doc__)
     run_dir, iteration = argv[2], int(argv[3])
     if argv[1] == "oneway":
         oneway(run_dir, iteration)
     elif argv[1] == "credit":
         credit(run_dir, iteration)
+    elif argv[1] == "bursts":
+        bursts(run_dir, iteration)
     else:
         if len(argv) < 5:
             sys.exit(__doc__)
