@@ -144,10 +144,10 @@ for r in range(1, rounds + 1):
         per_round[key] = value if old is None else (max(old, value) if credit > 1 else min(old, value))
     for key, value in per_round.items():
         best.setdefault(key, []).append(value)
-print("\nthe floor (bench_floor_large: no PS code), medians of the per-round best; 1.5x ps-lite is below the"
-      " floor where it needs a lower p50 or a higher rate than the floor with ps-lite's passes reached")
+print("\nthe floor (bench_floor_large: no PS code, one server thread), medians of the per-round best; 1.5x ps-lite is beyond"
+      " this floor where it needs a lower p50 or a higher rate than the floor with ps-lite's passes reached")
 print("| value | floor p50, ps-lite's passes | floor p50, pstwin's | 1.5x ps-lite needs p50 | floor pipelined, ps-lite's"
-      " passes | floor pipelined, pstwin's | 1.5x ps-lite needs | within reach |")
+      " passes | floor pipelined, pstwin's | 1.5x ps-lite needs | within the floor's reach |")
 print("| --- " * 8 + "|")
 for i, size in enumerate(sizes):
     b = to_bytes(size)
