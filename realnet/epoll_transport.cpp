@@ -38,6 +38,17 @@ constexpr std::uint64_t kBatchBytes = 4 << 20;       // ... and bytes
 constexpr std::size_t kMaxIov = 128;                 // iovecs per sendmsg
 constexpr int kMaxEvents = 64;
 constexpr std::uint64_t kPooledFromBytes = 16 * 1024;  // smaller payloads come from malloc's caches
+// A payload larger than kCrcTrailerAboveBytes (the development VM's L2 per core: a smaller one is
+// still in cache between its CRC and the kernel's copy) is sent with its CRC after it, checksummed
+// and written kCrcPieceBytes at a time, so that sendmsg copies each piece from cache instead of
+// streaming the payload from memory once for the CRC and once more for the copy (docs/PERFORMANCE.md,
+// "Large messages").
+constexpr std::uint64_t kCrcTrailerAboveBytes = 1 << 20;
+constexpr std::uint64_t kCrcPieceBytes = 256 * 1024;
+// While a large payload comes in, its socket wakes the receiver (SO_RCVLOWAT) once this much of it is
+// there (or all the rest), not for every piece the sender writes: with the sender writing 256 KiB at
+// a time the receiver otherwise drained each piece, slept and was woken again.
+constexpr std::uint64_t kWakeBytes = 1 << 20;
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -66,6 +77,16 @@ void set_int_option(int fd, int level, int name, int value) {
   setsockopt(fd, level, name, &value, sizeof value);  // best effort: a refusal only costs latency
 }
 
+// Moves the front of `bytes` into a fixed-size field of which `have` bytes are in; true once it is full.
+template <std::size_t N>
+bool fill_field(std::array<std::byte, N>& field, std::size_t& have, std::span<const std::byte>& bytes) {
+  const std::size_t take = std::min(bytes.size(), N - have);
+  std::memcpy(field.data() + have, bytes.data(), take);
+  have += take;
+  bytes = bytes.subspan(take);
+  return have == N;
+}
+
 // One payload buffer per frame, not zeroed first (every byte is about to be read into it).
 std::shared_ptr<ByteBuffer> fresh_buffer(std::uint64_t size) {
   const std::size_t padded = (static_cast<std::size_t>(size) + 63) / 64 * 64;
@@ -79,12 +100,29 @@ std::shared_ptr<ByteBuffer> fresh_buffer(std::uint64_t size) {
 
 // Our connection to one peer. `frames` are committed (taken from the pool, partly written maybe);
 // only the send thread touches them.
+// How much of a payload sent with a CRC trailer has been checksummed: shared by the frames of one
+// batch that carry the same payload (the server's aggregate to every worker), so it is read once.
+struct CrcProgress {
+  std::uint64_t covered = 0;  // the first `covered` payload bytes
+  std::uint32_t crc = 0;      // their CRC-32
+  void cover(std::span<const std::byte> payload, std::uint64_t upto) {
+    if (upto <= covered) return;
+    crc = payload_crc32_extend(crc, payload.subspan(covered, upto - covered));
+    covered = upto;
+  }
+};
+
 struct EpollTransport::OutConnection {
   struct Frame {
     HeaderBytes header;
     Payload payload;         // frozen: real bytes or a phantom (nothing follows the header)
-    std::uint64_t sent = 0;  // bytes of header + payload already written
-    std::uint64_t size() const { return kHeaderBytes + (payload.is_phantom() ? 0 : payload.size()); }
+    std::uint64_t sent = 0;  // bytes of header + payload (+ trailer) already written
+    // With a CRC trailer (a large payload): the payload is checksummed a piece at a time just before
+    // the piece is written, and the trailer, filled in once all of it is, follows it.
+    std::shared_ptr<CrcProgress> crc;
+    TrailerBytes trailer{};
+    std::uint64_t payload_size() const { return payload.is_phantom() ? 0 : payload.size(); }
+    std::uint64_t size() const { return kHeaderBytes + payload_size() + (crc ? kTrailerBytes : 0); }
   };
   NodeId peer = kNoNode;
   std::string name;
@@ -126,10 +164,14 @@ struct EpollTransport::InConnection {
   std::size_t header_have = 0;
   bool in_body = false;
   MessageHeader header;
-  bool phantom = false;
+  FrameShape shape;
   std::shared_ptr<ByteBuffer> body;
   std::uint64_t body_have = 0;
-  std::uint32_t body_crc = 0;  // of the body_have bytes so far
+  std::uint32_t body_crc = 0;    // of the body_have bytes so far
+  bool in_trailer = false;       // the payload is in; its CRC (shape.crc_trailer) is being read
+  std::uint64_t wake_bytes = 1;  // the socket's SO_RCVLOWAT (set_wake_threshold)
+  TrailerBytes trailer{};
+  std::size_t trailer_have = 0;
   // Receive shaping: present while the sender is held to a rate; paused_until > 0 while out of tokens
   // (the socket is off the epoll set's EPOLLIN until then, on the seconds_now() clock).
   std::optional<fpt::TokenBucket> bucket;
@@ -139,7 +181,7 @@ struct EpollTransport::InConnection {
     return "connection from " + address + (sender == kNoNode ? "" : " (node " + std::to_string(sender) + ")");
   }
   std::string host() const { return address.substr(0, address.rfind(':')); }
-  bool mid_frame() const { return header_have > 0 || in_body; }
+  bool mid_frame() const { return header_have > 0 || in_body || in_trailer; }
 };
 
 EpollTransport::EpollTransport(NodeId self, Options options, Callbacks callbacks)
@@ -474,17 +516,31 @@ bool EpollTransport::flush(OutConnection& connection) {
     std::array<iovec, kMaxIov> iov{};
     std::size_t count = 0;
     for (auto& frame : connection.frames) {
-      if (count + 2 > kMaxIov) break;
-      std::uint64_t skip = frame.sent;
-      if (skip < kHeaderBytes) {
-        iov[count++] = {frame.header.data() + skip, kHeaderBytes - skip};
-        skip = 0;
-      } else {
-        skip -= kHeaderBytes;
+      if (count + 3 > kMaxIov) break;
+      std::uint64_t at = frame.sent;  // in the frame
+      if (at < kHeaderBytes) {
+        iov[count++] = {frame.header.data() + at, kHeaderBytes - at};
+        at = kHeaderBytes;
       }
-      if (!frame.payload.is_phantom() && frame.payload.size() > skip) {
-        const auto bytes = frame.payload.bytes().subspan(skip);
+      const std::uint64_t payload_end = kHeaderBytes + frame.payload_size();
+      if (at < payload_end) {
+        const std::uint64_t from = at - kHeaderBytes;
+        std::uint64_t to = frame.payload_size();
+        if (frame.crc) {
+          // Checksum the next piece now, so that the kernel's copy finds it in cache; what is
+          // written is what was checksummed.
+          frame.crc->cover(frame.payload.bytes(), std::min(to, from + kCrcPieceBytes));
+          to = frame.crc->covered;
+        }
+        const auto bytes = frame.payload.bytes().subspan(from, to - from);
         iov[count++] = {const_cast<std::byte*>(bytes.data()), bytes.size()};
+        if (to < frame.payload_size()) break;  // the rest of the stream waits for the next piece
+        at = payload_end;
+      }
+      if (frame.crc) {
+        if (at == payload_end) frame.trailer = encode_crc_trailer(frame.crc->crc);
+        const std::uint64_t done = at - payload_end;
+        iov[count++] = {frame.trailer.data() + done, kTrailerBytes - done};
       }
     }
     msghdr header{};
@@ -662,21 +718,31 @@ bool EpollTransport::send_batch() {
     // every worker): the earlier frame keeps those bytes alive until the batch is written.
     std::span<const std::byte> last_checked;
     std::uint32_t last_crc = 0;
+    std::shared_ptr<CrcProgress> last_progress;
     for (std::size_t n = 0; n < kBatchMessages && bytes < kBatchBytes; ++n) {
       auto out = pool_.next();
       if (!out) break;
       OutConnection& connection = *out_.at(out->destination);
       const Payload payload = out->message.payload.frozen();
-      std::uint32_t crc = 0;
-      if (options_.payload_crc && !payload.is_phantom()) {
-        const auto body = payload.bytes();
-        if (body.data() != last_checked.data() || body.size() != last_checked.size()) {
-          last_checked = body;
-          last_crc = payload_crc32(body);
-        }
-        crc = last_crc;
+      const bool real = options_.payload_crc && !payload.is_phantom();
+      const auto body = real ? payload.bytes() : std::span<const std::byte>{};
+      const bool same = real && body.data() == last_checked.data() && body.size() == last_checked.size();
+      if (real && !same) {
+        last_checked = body;
+        last_progress.reset();
       }
-      OutConnection::Frame frame{encode_header_with_crc(out->message.header, payload, crc), payload};
+      OutConnection::Frame frame;
+      frame.payload = payload;
+      if (real && body.size() > kCrcTrailerAboveBytes) {
+        // Checksummed piece by piece as it is written (flush), the CRC after it: checksumming it
+        // all here would stream it from memory once more before the kernel's copy does.
+        if (!same || !last_progress) last_progress = std::make_shared<CrcProgress>();
+        frame.crc = last_progress;
+        frame.header = encode_header_crc_trailer(out->message.header, payload);
+      } else {
+        if (real && !same) last_crc = payload_crc32(body);
+        frame.header = encode_header_with_crc(out->message.header, payload, real ? last_crc : 0);
+      }
       bytes += frame.size();
       if (user_pacing && !payload.is_phantom() && payload.size() > 0) pace(connection, frame.size(), now);
       connection.frames.push_back(std::move(frame));
@@ -948,8 +1014,8 @@ bool EpollTransport::read_proof(InConnection& c) {
 
 bool EpollTransport::finish_header(InConnection& c) {
   MessageHeader header;
-  bool phantom = false;
-  if (auto error = decode_header(c.header_bytes, header, phantom, options_.limits)) {
+  FrameShape frame_shape;
+  if (auto error = decode_header(c.header_bytes, header, frame_shape, options_.limits)) {
     report_in(c, error->field, error->detail);
     return false;
   }
@@ -977,9 +1043,9 @@ bool EpollTransport::finish_header(InConnection& c) {
     shape(c);
   }
   c.header = header;
-  c.phantom = phantom;
+  c.shape = frame_shape;
   c.header_have = 0;
-  if (phantom || header.payload_length == 0) return deliver(c);
+  if (frame_shape.phantom || header.payload_length == 0) return end_of_body(c);
   c.in_body = true;
   c.body = header.payload_length >= kPooledFromBytes ? buffers_->take(header.payload_length)
                                                      : fresh_buffer(header.payload_length);
@@ -993,42 +1059,55 @@ bool EpollTransport::body_arrived(InConnection& c, std::size_t count) {
     c.body_crc =
         payload_crc32_extend(c.body_crc, std::span<const std::byte>(c.body->data() + c.body_have, count));
   c.body_have += count;
-  return c.body_have < c.header.payload_length || deliver(c);
+  return c.body_have < c.header.payload_length || end_of_body(c);
+}
+
+bool EpollTransport::end_of_body(InConnection& c) {
+  if (!c.shape.crc_trailer) return deliver(c);
+  c.in_body = false;
+  c.in_trailer = true;
+  c.trailer_have = 0;
+  return true;
 }
 
 bool EpollTransport::deliver(InConnection& c) {
   Message message;
   message.header = c.header;
-  if (c.phantom) {
+  if (c.shape.phantom) {
     if (c.header.payload_crc != 0) {
       report_in(c, "payload_crc", "phantom frame must have CRC 0");
       return false;
     }
     message.payload = Payload::phantom(c.header.payload_length);
-  } else if (c.body) {
-    if (options_.payload_crc && c.body_crc != c.header.payload_crc) {
+  } else {
+    const std::uint32_t expected = c.shape.crc_trailer ? decode_crc_trailer(c.trailer) : c.header.payload_crc;
+    // Without a body (length 0) the CRC is that of nothing, 0.
+    if (options_.payload_crc && c.body_crc != expected) {
       report_in(c, "payload_crc",
-                "header says " + std::to_string(c.header.payload_crc) + ", payload of key " +
-                    std::to_string(c.header.key) + " gives " + std::to_string(c.body_crc));
+                std::string(c.shape.crc_trailer ? "trailer after the payload" : "header") + " says " +
+                    std::to_string(expected) + ", payload of key " + std::to_string(c.header.key) + " (" +
+                    std::to_string(c.header.payload_length) + " bytes) gives " + std::to_string(c.body_crc));
       return false;
     }
-    message.payload = Payload::adopt(std::move(c.body));
+    if (c.body) message.payload = Payload::adopt(std::move(c.body));
   }
   c.body.reset();
   c.in_body = false;
+  c.in_trailer = false;
   c.body_have = 0;
+  c.body_crc = 0;
   if (callbacks_.on_message && !std::exchange(c.discard, false)) callbacks_.on_message(std::move(message));
   return true;
 }
 
 bool EpollTransport::consume(InConnection& c, std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
+    if (c.in_trailer) {
+      if (fill_field(c.trailer, c.trailer_have, bytes) && !deliver(c)) return false;
+      continue;
+    }
     if (!c.in_body) {
-      const std::size_t take = std::min(bytes.size(), kHeaderBytes - c.header_have);
-      std::memcpy(c.header_bytes.data() + c.header_have, bytes.data(), take);
-      c.header_have += take;
-      bytes = bytes.subspan(take);
-      if (c.header_have == kHeaderBytes && !finish_header(c)) return false;
+      if (fill_field(c.header_bytes, c.header_have, bytes) && !finish_header(c)) return false;
       continue;
     }
     const std::uint64_t want = c.header.payload_length - c.body_have;
@@ -1081,11 +1160,14 @@ bool EpollTransport::read_some(InConnection& c, bool hung_up) {
     }
     if (got == 0) {
       if (c.mid_frame()) {
-        const std::string where = c.in_body ? "after " + std::to_string(c.body_have) + " of " +
-                                                  std::to_string(c.header.payload_length) +
-                                                  " payload bytes of key " + std::to_string(c.header.key)
-                                            : "after " + std::to_string(c.header_have) + " of " +
-                                                  std::to_string(kHeaderBytes) + " header bytes";
+        const std::string where = c.in_trailer
+                                      ? "after the payload of key " + std::to_string(c.header.key) + ", " +
+                                            std::to_string(c.trailer_have) + " of the 4 bytes of its CRC"
+                                  : c.in_body ? "after " + std::to_string(c.body_have) + " of " +
+                                                    std::to_string(c.header.payload_length) +
+                                                    " payload bytes of key " + std::to_string(c.header.key)
+                                              : "after " + std::to_string(c.header_have) + " of " +
+                                                    std::to_string(kHeaderBytes) + " header bytes";
         report_lost_in(c, "peer closed the connection mid-frame, " + where);
       }
       return false;
@@ -1183,7 +1265,23 @@ void EpollTransport::on_readable(int fd, bool hung_up) {
   }
   const auto it = in_.find(fd);
   if (it == in_.end()) return;
-  if (!read_some(*it->second, hung_up)) close_in(fd);
+  if (!read_some(*it->second, hung_up)) {
+    close_in(fd);
+    return;
+  }
+  set_wake_threshold(*it->second);
+}
+
+void EpollTransport::set_wake_threshold(InConnection& c) {
+  // Never more than the rest of the frame in progress: those bytes are sure to come (the sender
+  // writes a message whole), so the socket becomes readable; a peer that closes wakes it anyway. A
+  // shaped connection reads what its tokens allow and keeps the kernel's default (1 byte).
+  std::uint64_t want = 1;
+  if (c.in_body && !c.bucket)
+    want = std::min<std::uint64_t>(c.header.payload_length - c.body_have, kWakeBytes);
+  if (want == c.wake_bytes) return;
+  c.wake_bytes = want;
+  set_int_option(c.fd.get(), SOL_SOCKET, SO_RCVLOWAT, static_cast<int>(want));
 }
 
 }  // namespace pstwin::realnet

@@ -1,11 +1,14 @@
 // FPT's TCP transport: one node's connections, moved by two threads.
 //  - The receive thread waits in level-triggered epoll on the listening socket and every accepted
 //    connection; each readable socket gets at most `read_budget` bytes per turn, so one busy peer
-//    cannot starve the rest. Frames are the ZeroMQ backend's: the 64-byte header of core/codec.hpp,
-//    then the payload, read straight into the message's own buffer (payloads of 16 KiB and more
-//    reuse released buffers: realnet/buffer_pool.hpp).
+//    cannot starve the rest. Frames are the 64-byte header of core/codec.hpp, then the payload, read
+//    straight into the message's own buffer (payloads of 16 KiB and more reuse released buffers:
+//    realnet/buffer_pool.hpp) and checksummed read by read while in cache. While a large payload
+//    comes in, its socket wakes the loop once 1 MiB more of it is there (SO_RCVLOWAT).
 //  - The send thread drains an fpt::SendPool (control first, DRR across peers, priority then order
 //    within a peer) and writes header + payload with one sendmsg per batch, never copying a payload.
+//    A payload over 1 MiB goes with its CRC after it (codec.hpp's CRC trailer), checksummed and
+//    written 256 KiB at a time, so that the kernel's copy reads each piece from cache.
 //    It sleeps in epoll on an eventfd (woken by send()) and the sockets that are full.
 // With Options::own_threads false there are no threads: the owner's thread (EpollNodeRuntime's
 // event loop) drives both sides with poll() and pump(), so a message goes from the protocol to the
@@ -216,6 +219,10 @@ class EpollTransport {
   // `count` more payload bytes are in place after body_have: counted and checksummed while the
   // kernel's copy left them in cache. False if that completed the frame and delivering it failed.
   bool body_arrived(InConnection& connection, std::size_t count);
+  // The payload is all in: delivered, or its CRC trailer read next. False if delivering it failed.
+  bool end_of_body(InConnection& connection);
+  // After a read turn: how many bytes the socket waits for before it wakes us (SO_RCVLOWAT).
+  void set_wake_threshold(InConnection& connection);
   bool deliver(InConnection& connection);
   // Receive shaping, receive side only: a new table's rates onto the connections; a connection out of
   // tokens stops being polled (pause) until its bucket holds enough again (resume_due); the epoll wait

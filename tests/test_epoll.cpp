@@ -18,6 +18,7 @@
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -420,6 +421,123 @@ TEST(EpollTransport, PayloadCrcIsCheckedAcrossManyReads) {
 
 // A payload sent to several peers is checksummed once per batch; frames whose bytes differ (another
 // buffer, or a slice starting at the same address with another length) must not share that CRC.
+// A payload over 256 KiB leaves with its CRC after it (codec.hpp's trailer, checksummed piece by
+// piece as it is written); a small one with the CRC in its header. Both decode as frames.
+TEST(EpollTransport, LargePayloadsLeaveWithTheirCrcAfterThem) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t length = sizeof address;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+
+  Inbox in;
+  EpollTransport a(2, {}, in.callbacks());
+  ASSERT_FALSE(a.connect(3, "127.0.0.1", ntohs(address.sin_port)).has_value());
+  const int fd = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(fd, 0);
+  const std::uint64_t large = (3 << 20) + 5, small = 4096;
+  ASSERT_FALSE(a.send(3, make(1, large)).has_value());
+  ASSERT_FALSE(a.send(3, make(2, small)).has_value());
+  const std::size_t total = 2 * kHeaderBytes + large + kTrailerBytes + small;
+  std::string wire(total, '\0');
+  for (std::size_t at = 0; at < total;) {
+    const ssize_t n = ::read(fd, wire.data() + at, total - at);
+    ASSERT_GT(n, 0);
+    at += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  ::close(listener);
+
+  const auto bytes = std::as_bytes(std::span(wire));
+  const std::size_t first = kHeaderBytes + large + kTrailerBytes;
+  EXPECT_EQ(std::to_integer<int>(bytes[5]) & kFlagCrcTrailer, kFlagCrcTrailer);
+  EXPECT_EQ(std::to_integer<int>(bytes[first + 5]) & kFlagCrcTrailer, 0);
+  Message got;
+  const auto error = decode_frame(bytes.first(first), got);
+  ASSERT_FALSE(error) << error->to_string();
+  EXPECT_EQ(got.header.key, 1u);
+  EXPECT_EQ(got.header.payload_crc, 0u);  // it follows the payload
+  EXPECT_TRUE(pattern_ok(got));
+  const auto second = decode_frame(bytes.subspan(first), got);
+  ASSERT_FALSE(second) << second->to_string();
+  EXPECT_EQ(got.header.key, 2u);
+  EXPECT_EQ(got.header.payload_crc, payload_crc32(got.payload.bytes()));
+  EXPECT_TRUE(pattern_ok(got));
+}
+
+// A frame with its CRC after a multi-piece payload: a byte corrupted in the payload or in the
+// trailer is refused naming payload_crc, a forged header CRC beside the trailer too, a frame cut
+// in its trailer is reported lost where it stopped; the frames before each arrive.
+TEST(EpollTransport, ACrcTrailerIsCheckedAndACorruptOrCutOneRefused) {
+  Inbox in;
+  EpollTransport::Options options;
+  options.read_budget = 64 * 1024;  // the payload in many reads, the trailer in the staging buffer
+  EpollTransport b(3, options, in.callbacks());
+  const std::size_t size = (2 << 20) + 11;
+  auto frame_of = [&](std::uint64_t key) {
+    Message m = make(key, size);
+    m.header.sender = 9;
+    m.header.recipient = 3;
+    return encode_frame(m, /*crc_trailer=*/true);
+  };
+  // False once the receiver closed the connection (it may, as soon as it refuses a frame).
+  const auto send_all = [](int fd, const std::string& bytes) {
+    for (std::size_t at = 0; at < bytes.size();) {
+      const ssize_t n =
+          ::send(fd, bytes.data() + at, std::min<std::size_t>(bytes.size() - at, 100003), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      at += static_cast<std::size_t>(n);
+    }
+    return true;
+  };
+  std::string in_payload = frame_of(11);
+  in_payload[kHeaderBytes + 1'500'001] = static_cast<char>(in_payload[kHeaderBytes + 1'500'001] ^ 0x10);
+  std::string in_trailer = frame_of(12);
+  in_trailer[kHeaderBytes + size + 2] = static_cast<char>(in_trailer[kHeaderBytes + size + 2] ^ 0x01);
+  std::string forged = frame_of(13);  // a CRC in the header as well as after the payload
+  forged[56] = 1;
+  const auto crc = payload_crc32(std::as_bytes(std::span(forged)).first(60));
+  for (int i = 0; i < 4; ++i)
+    forged[60 + static_cast<std::size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xFF);
+
+  std::size_t expected_messages = 0;
+  for (const std::string* bad : {&in_payload, &in_trailer, &forged}) {
+    const int fd = raw_connect(b.port());
+    ASSERT_TRUE(send_all(fd, frame_of(1)));
+    send_all(fd, *bad);
+    const auto errors = in.wait_errors(expected_messages + 1);
+    ASSERT_EQ(errors.size(), expected_messages + 1);
+    EXPECT_EQ(errors.back().field, "payload_crc") << errors.back().to_string();
+    EXPECT_TRUE(errors.back().refused) << errors.back().to_string();
+    if (bad != &forged) {
+      EXPECT_NE(errors.back().detail.find("trailer after the payload says"), std::string::npos)
+          << errors.back().detail;
+    }
+    ++expected_messages;
+    const auto got = in.wait_messages(expected_messages);
+    ASSERT_EQ(got.size(), expected_messages);  // the good frame before it, and only it
+    EXPECT_EQ(got.back().header.key, 1u);
+    EXPECT_TRUE(pattern_ok(got.back()));
+    ::close(fd);
+  }
+
+  const int fd = raw_connect(b.port());
+  ASSERT_TRUE(send_all(fd, frame_of(1)));
+  const std::string cut = frame_of(14);
+  ASSERT_TRUE(send_all(fd, cut.substr(0, cut.size() - 2)));
+  ASSERT_EQ(in.wait_messages(expected_messages + 1).size(), expected_messages + 1);
+  ::close(fd);
+  const auto errors = in.wait_errors(4);
+  ASSERT_EQ(errors.size(), 4u);
+  EXPECT_TRUE(errors.back().lost) << errors.back().to_string();
+  EXPECT_NE(errors.back().detail.find("after the payload of key 14, 2 of the 4 bytes of its CRC"),
+            std::string::npos)
+      << errors.back().to_string();
+}
+
 TEST(EpollTransport, OnePayloadToSeveralPeersArrivesIntactAtEach) {
   Inbox a_in, b_in, c_in;
   EpollTransport a(2, {}, a_in.callbacks());

@@ -418,21 +418,29 @@ TEST(EpollVan, PeerClosingMidMessageLosesThatMessageNamingThePeerAndTheNodeGoesO
   EXPECT_EQ(node.transport_errors(), 1u);
 }
 
-// A member whose stream goes out of step (here a frame whose payload fails its CRC) loses that
-// connection, counted as a refusal against it; no single message stops the node, and the member's
-// next connection is read as before.
-TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
+// A member whose stream goes out of step (a frame of `bytes` whose payload fails its CRC, the CRC in
+// the header or, as the epoll van sends payloads over 1 MiB, after the payload) loses that
+// connection, counted as a refusal against it and named payload_crc; no single message stops the
+// node, and the member's next connection is read as before.
+void expect_a_corrupt_frame_refused_and_the_node_going_on(std::size_t bytes, bool crc_trailer,
+                                                          std::size_t corrupt_at) {
   RecordingServer server;
   auto& [log, host, node, recorded] = server;
   const Recorder& received = *recorded;
-  auto frame_of = [](std::uint64_t key, bool corrupt) {
-    Message message = numbered(9, key, 1000);
+  auto frame_of = [&](std::uint64_t key, bool corrupt) {
+    Message message = numbered(9, key, bytes);
     message.header.sender = 11;
-    const auto header = encode_header(message.header, message.payload, /*compute_crc=*/true);
-    std::string bytes(reinterpret_cast<const char*>(header.data()), header.size());
-    bytes.append(reinterpret_cast<const char*>(message.payload.bytes().data()), 1000);
-    if (corrupt) bytes[kHeaderBytes + 7] = static_cast<char>(bytes[kHeaderBytes + 7] ^ 0x5A);
-    return bytes;
+    std::string frame = encode_frame(message, crc_trailer);
+    if (corrupt)
+      frame[kHeaderBytes + corrupt_at] = static_cast<char>(frame[kHeaderBytes + corrupt_at] ^ 0x5A);
+    return frame;
+  };
+  const auto send_all = [](int fd, const std::string& frame) {
+    for (std::size_t at = 0; at < frame.size();) {
+      const ssize_t n = ::send(fd, frame.data() + at, frame.size() - at, MSG_NOSIGNAL);
+      ASSERT_GT(n, 0);
+      at += static_cast<std::size_t>(n);
+    }
   };
   const auto wait_for = [&](std::size_t count) {
     const auto deadline = Clock::now() + 20s;
@@ -440,10 +448,9 @@ TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
       std::this_thread::sleep_for(5ms);
   };
   const int first = connect_raw(node.local_address());
-  const std::string good = frame_of(76, false), bad = frame_of(77, true);
-  ASSERT_EQ(::send(first, good.data(), good.size(), 0), static_cast<ssize_t>(good.size()));
+  send_all(first, frame_of(76, false));
   wait_for(1);  // a member now
-  ASSERT_EQ(::send(first, bad.data(), bad.size(), 0), static_cast<ssize_t>(bad.size()));
+  send_all(first, frame_of(77, true));
   const auto deadline = Clock::now() + 20s;
   while (node.refusals().empty() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
   char byte = 0;
@@ -451,8 +458,7 @@ TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
   ::close(first);
 
   const int again = connect_raw(node.local_address());
-  const std::string next = frame_of(78, false);
-  ASSERT_EQ(::send(again, next.data(), next.size(), 0), static_cast<ssize_t>(next.size()));
+  send_all(again, frame_of(78, false));
   wait_for(2);
   ::close(again);
 
@@ -461,12 +467,23 @@ TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
   ASSERT_EQ(messages.size(), 2u);
   EXPECT_EQ(messages[0].header.key, 76u);
   EXPECT_EQ(messages[1].header.key, 78u);
+  EXPECT_TRUE(std::ranges::equal(messages[1].payload.bytes(), numbered(9, 78, bytes).payload.bytes()));
   const auto refusals = node.refusals();
   ASSERT_TRUE(refusals.contains("node 11")) << log.all();
   EXPECT_EQ(refusals.at("node 11"), 1u);
-  EXPECT_NE(log.with("payload_crc").find("connection dropped (the member opens another)"), std::string::npos)
-      << log.all();
+  const std::string line = log.with("payload_crc");
+  EXPECT_NE(line.find("payload of key 77 (" + std::to_string(bytes) + " bytes)"), std::string::npos) << line;
+  EXPECT_NE(line.find("connection dropped (the member opens another)"), std::string::npos) << log.all();
   node.halt();
+}
+
+TEST(EpollVan, AMembersCorruptFrameIsRefusedAndTheNodeGoesOn) {
+  expect_a_corrupt_frame_refused_and_the_node_going_on(1000, false, 7);
+}
+
+// A multi-piece payload whose CRC follows it, a byte corrupted deep in it.
+TEST(EpollVan, AMembersCorruptLargeFrameIsRefusedNamingPayloadCrcAndTheNodeGoesOn) {
+  expect_a_corrupt_frame_refused_and_the_node_going_on((3 << 20) + 3, true, 2'500'000);
 }
 
 // Our peer's process goes and another takes its port (a restarted server): the connection to it is

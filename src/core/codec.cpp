@@ -71,7 +71,7 @@ constexpr std::size_t kOffMagic = 0, kOffVersion = 4, kOffFlags = 5, kOffCommand
                       kOffRecipient = 12, kOffAppId = 16, kOffCustomerId = 18, kOffPriority = 20,
                       kOffSequence = 24, kOffIteration = 32, kOffPartition = 36, kOffKey = 40,
                       kOffPayloadLength = 48, kOffPayloadCrc = 56, kOffHeaderCrc = 60;
-constexpr std::uint8_t kKnownFlags = kFlagResponse | kFlagPhantom;
+constexpr std::uint8_t kKnownFlags = kFlagResponse | kFlagPhantom | kFlagCrcTrailer;
 
 DecodeError error(std::string field, std::string detail) {
   return {std::move(field), std::move(detail)};
@@ -93,13 +93,16 @@ HeaderBytes encode_header(const MessageHeader& header, const Payload& payload, b
   return encode_header_with_crc(header, payload, crc ? crc32_of(payload.bytes()) : 0);
 }
 
-HeaderBytes encode_header_with_crc(const MessageHeader& header, const Payload& payload,
-                                   std::uint32_t payload_crc) {
+namespace {
+
+HeaderBytes encode(const MessageHeader& header, const Payload& payload, std::uint32_t payload_crc,
+                   bool crc_trailer) {
   const bool phantom = payload.is_phantom();
   std::uint8_t flags = 0;
   if (header.is_response) flags |= kFlagResponse;
   if (phantom) flags |= kFlagPhantom;
-  const std::uint32_t crc = phantom ? 0 : payload_crc;
+  if (crc_trailer && !phantom) flags |= kFlagCrcTrailer;
+  const std::uint32_t crc = phantom || crc_trailer ? 0 : payload_crc;
 
   HeaderBytes out{};
   put_le(out, kOffMagic, kWireMagic);
@@ -121,8 +124,44 @@ HeaderBytes encode_header_with_crc(const MessageHeader& header, const Payload& p
   return out;
 }
 
+}  // namespace
+
+HeaderBytes encode_header_with_crc(const MessageHeader& header, const Payload& payload,
+                                   std::uint32_t payload_crc) {
+  return encode(header, payload, payload_crc, false);
+}
+
+HeaderBytes encode_header_crc_trailer(const MessageHeader& header, const Payload& payload) {
+  return encode(header, payload, 0, true);
+}
+
+TrailerBytes encode_crc_trailer(std::uint32_t payload_crc) {
+  TrailerBytes out{};
+  for (std::size_t i = 0; i < kTrailerBytes; ++i)
+    out[i] = static_cast<std::byte>((payload_crc >> (8 * i)) & 0xFFu);
+  return out;
+}
+
+std::uint32_t decode_crc_trailer(std::span<const std::byte, kTrailerBytes> bytes) {
+  return get_le<std::uint32_t>(bytes, 0);
+}
+
 std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, MessageHeader& out, bool& phantom,
                                          const DecodeLimits& limits) {
+  FrameShape shape;
+  if (auto err = decode_header(bytes, out, shape, limits)) return err;
+  if (shape.crc_trailer) {
+    return error("flags",
+                 "bit " + hex32(kFlagCrcTrailer) +
+                     " (CRC after the payload) is for a stream van (epoll); this van carries the CRC in "
+                     "the header");
+  }
+  phantom = shape.phantom;
+  return std::nullopt;
+}
+
+std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, MessageHeader& out,
+                                         FrameShape& shape, const DecodeLimits& limits) {
   if (bytes.size() < kHeaderBytes) {
     return error("header", "received " + std::to_string(bytes.size()) + " bytes, a header needs " +
                                std::to_string(kHeaderBytes));
@@ -144,6 +183,12 @@ std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, Messa
   if ((flags & ~kKnownFlags) != 0) {
     return error("flags", "unknown flag bits " + hex32(flags & ~kKnownFlags) + " in " + hex32(flags));
   }
+  const bool phantom = (flags & kFlagPhantom) != 0;
+  const bool crc_trailer = (flags & kFlagCrcTrailer) != 0;
+  if (phantom && crc_trailer) {
+    return error("flags", "a phantom payload (" + hex32(kFlagPhantom) + ") has no bytes for a CRC trailer (" +
+                              hex32(kFlagCrcTrailer) + ") to check, in " + hex32(flags));
+  }
   const auto command = get_le<std::uint16_t>(bytes, kOffCommand);
   if (command < 1 || command > kMaxCommand) {
     return error("command",
@@ -153,6 +198,11 @@ std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, Messa
   if (payload_length > limits.max_payload_bytes) {
     return error("payload_length", "announces " + std::to_string(payload_length) + " bytes, limit is " +
                                        std::to_string(limits.max_payload_bytes));
+  }
+  const auto payload_crc = get_le<std::uint32_t>(bytes, kOffPayloadCrc);
+  if (crc_trailer && payload_crc != 0) {
+    return error("payload_crc", "must be 0 where the CRC follows the payload (flag " +
+                                    hex32(kFlagCrcTrailer) + "), is " + hex32(payload_crc));
   }
 
   // Only a fully valid header reaches the caller's output.
@@ -169,20 +219,20 @@ std::optional<DecodeError> decode_header(std::span<const std::byte> bytes, Messa
   h.partition = get_le<std::uint32_t>(bytes, kOffPartition);
   h.key = get_le<std::uint64_t>(bytes, kOffKey);
   h.payload_length = payload_length;
-  h.payload_crc = get_le<std::uint32_t>(bytes, kOffPayloadCrc);
+  h.payload_crc = payload_crc;
   out = h;
-  phantom = (flags & kFlagPhantom) != 0;
+  shape = {phantom, crc_trailer};
   return std::nullopt;
 }
 
 std::optional<DecodeError> decode_frame(std::span<const std::byte> frame, Message& out,
                                         const DecodeLimits& limits) {
   MessageHeader header;
-  bool phantom = false;
-  if (auto err = decode_header(frame, header, phantom, limits)) return err;
+  FrameShape shape;
+  if (auto err = decode_header(frame, header, shape, limits)) return err;
 
   const std::uint64_t carried = frame.size() - kHeaderBytes;
-  if (phantom) {
+  if (shape.phantom) {
     if (carried != 0) {
       return error("payload_length",
                    "phantom frame must carry no bytes but carries " + std::to_string(carried));
@@ -194,30 +244,42 @@ std::optional<DecodeError> decode_frame(std::span<const std::byte> frame, Messag
     out.payload = Payload::phantom(header.payload_length);
     return std::nullopt;
   }
-  if (carried != header.payload_length) {
-    return error("payload_length", "header says " + std::to_string(header.payload_length) +
-                                       " bytes but frame carries " + std::to_string(carried));
+  const std::uint64_t trailer = shape.crc_trailer ? kTrailerBytes : 0;
+  if (carried != header.payload_length + trailer) {
+    return error("payload_length", "header says " + std::to_string(header.payload_length) + " bytes" +
+                                       (trailer > 0 ? " and a 4-byte CRC after them" : "") +
+                                       " but frame carries " + std::to_string(carried));
   }
-  const std::span<const std::byte> body = frame.subspan(kHeaderBytes);
+  const std::span<const std::byte> body = frame.subspan(kHeaderBytes, header.payload_length);
   const std::uint32_t crc = crc32_of(body);
-  if (crc != header.payload_crc) {
-    return error("payload_crc", "header says " + hex32(header.payload_crc) + ", payload gives " + hex32(crc));
+  const std::uint32_t expected =
+      shape.crc_trailer ? decode_crc_trailer(frame.last<kTrailerBytes>()) : header.payload_crc;
+  if (crc != expected) {
+    return error("payload_crc", std::string(shape.crc_trailer ? "trailer" : "header") + " says " +
+                                    hex32(expected) + ", payload gives " + hex32(crc));
   }
   out.header = header;
   out.payload = Payload::copy_of(body);
   return std::nullopt;
 }
 
-std::string encode_frame(const Message& message) {
+std::string encode_frame(const Message& message, bool crc_trailer) {
   // Snapshot a live view once so the CRC and the bytes that follow it agree.
   const Payload payload = message.payload.frozen();
-  const HeaderBytes header = encode_header(message.header, payload);
+  const bool trailer = crc_trailer && !payload.is_phantom();
+  const HeaderBytes header =
+      trailer ? encode_header_crc_trailer(message.header, payload) : encode_header(message.header, payload);
   std::string frame;
   const std::span<const std::byte> body =
       payload.is_phantom() ? std::span<const std::byte>{} : payload.bytes();
-  frame.resize(kHeaderBytes + body.size());
-  std::copy(header.begin(), header.end(), reinterpret_cast<std::byte*>(frame.data()));
-  std::copy(body.begin(), body.end(), reinterpret_cast<std::byte*>(frame.data()) + kHeaderBytes);
+  frame.resize(kHeaderBytes + body.size() + (trailer ? kTrailerBytes : 0));
+  auto* out = reinterpret_cast<std::byte*>(frame.data());
+  std::copy(header.begin(), header.end(), out);
+  std::copy(body.begin(), body.end(), out + kHeaderBytes);
+  if (trailer) {
+    const TrailerBytes crc = encode_crc_trailer(crc32_of(body));
+    std::copy(crc.begin(), crc.end(), out + kHeaderBytes + body.size());
+  }
   return frame;
 }
 
