@@ -94,6 +94,7 @@ class MaxMinFlows {
   };
   void advance(Link& link, double now);
   double water_level(int link, double& slack) const;  // slack: as slack_, 0 when saturated
+  static double level_of(double capacity, double used, double weight, std::size_t left);
   double cap_level(const Flow& flow, int except) const;
   void relevel(double now, std::uint64_t fresh);  // after the links in dirty_ gained or lost flows
   std::vector<double> exact_levels() const;
@@ -110,6 +111,8 @@ class MaxMinFlows {
   std::vector<double> slack_;
   std::vector<Flow> flows_;          // by id; ids of finished flows are reused, lowest first
   std::vector<std::uint64_t> seen_;  // by flow id: the last relevel pass that touched it
+  // By flow id: Flow::bottleneck, packed: relevel reads it for every flow of a moved link.
+  std::vector<int> bottleneck_;
   std::set<std::uint64_t> free_ids_;
   std::size_t active_ = 0;
   std::set<std::pair<double, std::uint64_t>> bound_done_;  // flows capped by their bound: (time, id)
@@ -117,6 +120,12 @@ class MaxMinFlows {
   std::vector<double> link_next_;                          // each link's entry in link_done_
   std::uint64_t pass_ = 0;
   mutable std::vector<std::pair<double, double>> scratch_;
+  struct Group {
+    double cap;
+    double weight;
+    std::size_t count;
+  };
+  mutable std::vector<Group> groups_;  // water_level's distinct (cap, weight) pairs
   // relevel's working lists, kept between calls: it runs twice per message.
   std::vector<int> dirty_;
   std::vector<int> refresh_;
