@@ -85,6 +85,7 @@ std::uint64_t MaxMinFlows::add_flow(double now, double bytes, double penalty, do
         member.others[member.count++] = other.link;
         member.unit = member.unit && other.weight == 1.0;
       }
+      for (std::size_t k = member.count; k > 0 && k < 3; ++k) member.others[k] = member.others[k - 1];
     }
     link.members.push_back(member);
   }
@@ -118,6 +119,7 @@ void MaxMinFlows::remove_flow(double now, std::uint64_t id) {
     const auto at = std::find(link.flows.begin(), link.flows.end(), id) - link.flows.begin();
     link.flows[static_cast<std::size_t>(at)] = Member::kHole;
     link.members[static_cast<std::size_t>(at)].id = Member::kHole;
+    link.members[static_cast<std::size_t>(at)].count = Member::kGone;
     // Close the holes once they outnumber the flows, keeping the flows' order (water filling sums in
     // it): linear work once per as many ends as there are flows.
     if (++link.holes > link.flows.size() / 2) {
@@ -156,6 +158,24 @@ double MaxMinFlows::cap_level(const Flow& flow, int except) const {
   return cap;
 }
 
+// The lowest level of the member's other links (infinity: none), NaN for a hole.
+__attribute__((always_inline)) inline double MaxMinFlows::cap_elsewhere(const Member& member,
+                                                                        int index) const {
+  const unsigned count = member.count;
+  const auto level = [this](int link) { return level_[static_cast<std::size_t>(link)]; };
+  if (count - 1 < 3)
+    return std::min(level(member.others[0]), std::min(level(member.others[1]), level(member.others[2])));
+  if (count == Member::kGone) return std::numeric_limits<double>::quiet_NaN();
+  double cap = kInf;
+  if (count == Member::kSpilled) {
+    for (const auto& use : flows_[member.id].uses)
+      if (use.link != index) cap = std::min(cap, level(use.link));
+  } else {
+    for (unsigned k = 0; k < count; ++k) cap = std::min(cap, level(member.others[k]));
+  }
+  return cap;
+}
+
 // The level at which this link saturates, given the level at which each of its flows is capped
 // elsewhere (its other links or its bound): water filling over the link's flows.
 double MaxMinFlows::water_level(int index, double& slack) const {
@@ -167,16 +187,10 @@ double MaxMinFlows::water_level(int index, double& slack) const {
   double free_weight = 0;
   double demand = 0;  // in the members' order
   for (const Member& member : link.members) {
-    if (member.id == Member::kHole) continue;
     const double weight = member.share;
-    double cap = member.own_cap;
-    if (member.count == Member::kSpilled) {
-      for (const auto& use : flows_[member.id].uses)
-        if (use.link != index) cap = std::min(cap, level_[static_cast<std::size_t>(use.link)]);
-    } else {
-      for (std::uint8_t k = 0; k < member.count; ++k)
-        cap = std::min(cap, level_[static_cast<std::size_t>(member.others[k])]);
-    }
+    const double elsewhere = cap_elsewhere(member, index);
+    if (std::isnan(elsewhere)) continue;  // a hole
+    const double cap = std::min(member.own_cap, elsewhere);
     if (std::isinf(cap)) {
       free_weight += weight;
     } else {
@@ -371,12 +385,11 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
         for (const auto& use : flows_[member.id].uses)
           if (use.link != index) propagate(member, use.link);
       } else {
-        double cap = member.own_cap;
-        for (std::uint8_t k = 0; k < member.count; ++k) {
-          cap = std::min(cap, level_[static_cast<std::size_t>(member.others[k])]);
-          propagate(member, member.others[k]);
+        for (std::uint8_t k = 0; k < member.count; ++k) propagate(member, member.others[k]);
+        if (rose == here) {
+          const double cap = std::min(member.own_cap, cap_elsewhere(member, index));
+          if (here ? level > cap : level < cap) touch(member.id);
         }
-        if (rose == here && (here ? level > cap : level < cap)) touch(member.id);
       }
     }
   }
