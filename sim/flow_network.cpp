@@ -385,7 +385,19 @@ void MaxMinFlows::relevel(double now, std::uint64_t fresh) {
         for (const auto& use : flows_[member.id].uses)
           if (use.link != index) propagate(member, use.link);
       } else {
-        for (std::uint8_t k = 0; k < member.count; ++k) propagate(member, member.others[k]);
+        // In the links' order, each once (others[] repeats its last link up to the third).
+        switch (member.count) {
+          case 3:
+            propagate(member, member.others[0]);
+            propagate(member, member.others[1]);
+            propagate(member, member.others[2]);
+            break;
+          case 1:
+            propagate(member, member.others[0]);
+            break;
+          default:
+            for (std::uint8_t k = 0; k < member.count; ++k) propagate(member, member.others[k]);
+        }
         if (rose == here) {
           const double cap = std::min(member.own_cap, cap_elsewhere(member, index));
           if (here ? level > cap : level < cap) touch(member.id);
