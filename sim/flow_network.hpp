@@ -66,13 +66,16 @@ class MaxMinFlows {
   // A flow as one of its links sees it.
   struct Member {
     static constexpr std::uint8_t kSpilled = 0xff;  // more other links than fit: read its Flow
+    static constexpr std::uint8_t kGone = 0xfe;     // the count of a hole (id kHole)
     static constexpr std::uint64_t kHole = std::numeric_limits<std::uint64_t>::max();  // id of a flow gone
     std::uint64_t id = 0;
     double share = 0;    // this link's weight / penalty: the flow's rate per unit of level
     double own_cap = 0;  // bound x penalty: the level above which its bound holds it
     std::uint8_t count = 0;
-    bool unit = false;            // its weight on each other link is 1 (no cross traffic, no shared link)
-    std::array<int, 7> others{};  // its other links
+    bool unit = false;  // its weight on each other link is 1 (no cross traffic, no shared link)
+    // Its other links; with one to three, the last repeats up to others[2], so water filling takes
+    // the minimum of three levels without a loop (a minimum is exact in any order).
+    std::array<int, 7> others{};
     // Its penalty: with `unit`, relevel spends a neighbour's slack without reading the flow's record
     // (a cache miss per member of a busy server link at 8192 workers).
     double penalty = 1;
@@ -94,7 +97,9 @@ class MaxMinFlows {
   };
   void advance(Link& link, double now);
   double water_level(int link, double& slack) const;  // slack: as slack_, 0 when saturated
+  static double level_of(double capacity, double used, double weight, std::size_t left);
   double cap_level(const Flow& flow, int except) const;
+  double cap_elsewhere(const Member& member, int index) const;
   void relevel(double now, std::uint64_t fresh);  // after the links in dirty_ gained or lost flows
   std::vector<double> exact_levels() const;
   void place(double now, std::uint64_t id, Flow& flow, double remaining);
@@ -110,6 +115,8 @@ class MaxMinFlows {
   std::vector<double> slack_;
   std::vector<Flow> flows_;          // by id; ids of finished flows are reused, lowest first
   std::vector<std::uint64_t> seen_;  // by flow id: the last relevel pass that touched it
+  // By flow id: Flow::bottleneck, packed: relevel reads it for every flow of a moved link.
+  std::vector<int> bottleneck_;
   std::set<std::uint64_t> free_ids_;
   std::size_t active_ = 0;
   std::set<std::pair<double, std::uint64_t>> bound_done_;  // flows capped by their bound: (time, id)
@@ -117,6 +124,12 @@ class MaxMinFlows {
   std::vector<double> link_next_;                          // each link's entry in link_done_
   std::uint64_t pass_ = 0;
   mutable std::vector<std::pair<double, double>> scratch_;
+  struct Group {
+    double cap;
+    double weight;
+    std::size_t count;
+  };
+  mutable std::vector<Group> groups_;  // water_level's distinct (cap, weight) pairs
   // relevel's working lists, kept between calls: it runs twice per message.
   std::vector<int> dirty_;
   std::vector<int> refresh_;
