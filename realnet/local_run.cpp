@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cuda/cuda_tensors.hpp"
 #include "ps/host_groups.hpp"
@@ -37,7 +38,11 @@ RunReport run_local(const Scenario& sc, const LocalRunOptions& options) {
   std::optional<LoopPool> pool;  // outlives the nodes
   if (options.shared_loops && options.van == Van::kEpoll) {
     const int nodes = 1 + sc.roles.servers + sc.roles.workers + sc.roles.validators;
-    pool.emplace(options.loop_threads > 0 ? std::min(options.loop_threads, nodes) : nodes);
+    // One thread per CPU, at most one per node: more runnable loop threads than CPUs only add
+    // context switches, and under load every extra thread is one more a compiler's time slice can
+    // hold up (docs/PERFORMANCE.md, "Real backend on loopback").
+    const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    pool.emplace(std::min(options.loop_threads > 0 ? options.loop_threads : cpus, nodes));
   }
   std::vector<std::unique_ptr<LoopRuntime>> nodes;
   const std::string job_token = options.job_token.value_or(JobKey::random_token());

@@ -31,7 +31,8 @@ struct LocalRunOptions {
   // The epoll van: the nodes' event loops run on a LoopPool (realnet/loop_pool.hpp), any of its threads
   // running any node, instead of each on a thread of its own.
   bool shared_loops = true;
-  int loop_threads = 0;  // > 0: the pool's threads (at most one per node); 0: one per node
+  int loop_threads =
+      0;  // > 0: the pool's threads (at most one per node); 0: one per CPU, at most one per node
 };
 
 RunReport run_local(const Scenario& scenario, const LocalRunOptions& options = {});

@@ -5,7 +5,7 @@
 // message crosses no thread, so no wake-up sits on the round trip. Each wake-up is 25-35 us on a
 // paravirtualised VM whose idle vCPUs halt, against about 1.4 us of pstwin work per message. While
 // several nodes have work the pool's threads run them in parallel, as one thread per node would:
-// run_local gives the pool a thread per node (fewer threads serialised 16 MB messages' long turns).
+// run_local gives the pool a thread per CPU, at most one per node.
 //
 // How: every member offers one pollable descriptor (LoopRuntime::pool_fd(): readable when its
 // transport has I/O, a post or a timer due), registered here with EPOLLONESHOT, so an epoll_wait
