@@ -16,8 +16,8 @@ namespace pstwin {
 namespace {
 
 // Explicit byte-by-byte packing: the wire is little-endian whatever the host is.
-template <typename T>
-void put_le(HeaderBytes& out, std::size_t offset, T value) {
+template <std::size_t N, typename T>
+void put_le(std::array<std::byte, N>& out, std::size_t offset, T value) {
   using U = std::make_unsigned_t<T>;
   auto v = static_cast<U>(value);
   for (std::size_t i = 0; i < sizeof(U); ++i) {
@@ -137,8 +137,7 @@ HeaderBytes encode_header_crc_trailer(const MessageHeader& header, const Payload
 
 TrailerBytes encode_crc_trailer(std::uint32_t payload_crc) {
   TrailerBytes out{};
-  for (std::size_t i = 0; i < kTrailerBytes; ++i)
-    out[i] = static_cast<std::byte>((payload_crc >> (8 * i)) & 0xFFu);
+  put_le(out, 0, payload_crc);
   return out;
 }
 
