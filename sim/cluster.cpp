@@ -528,14 +528,17 @@ void SimNode::deliver(Message message, Seconds read_end) {
     // A van whose lane is free and whose loop has nothing queued sleeps: it reads the message after
     // waking up. One that is busy finds it when it looks next, at no extra delay.
     const bool asleep = cpu.wakeup_s > 0 && net_free_at_ <= now() && events_.empty();
-    const Seconds wakeup = asleep ? cpu.wakeup_s : 0;
     const Seconds cost = cpu.receive_per_message_s;
-    if (cost > 0 || wakeup > 0 || read_end > now()) {
+    if (cost > 0 || asleep || read_end > now()) {
       // Handed over once the van read it (its bytes, booked when they were sent, and the message):
       // a timer of the node's loop, in the order charged (the lane ends are non-decreasing and equal
       // deadlines fire in the order added).
       const TraceMessage carried{message.header.key, message.header.iteration, bytes};
-      const Seconds earliest = std::max(now() + wakeup, read_end);
+      // Waking is CPU work (the switch into the thread, its caches refilled), so it takes a shared
+      // core: node processes on too few cores that wake for every message of a credit-bound stream
+      // run at about half the rate of the same stream all in flight (docs/FIDELITY.md).
+      const Seconds woken = asleep ? charge_net("wakeup", cpu.wakeup_s, carried, now()) : now();
+      const Seconds earliest = std::max(woken, read_end);
       const Seconds ready = cost > 0 ? charge_net("receive", cost, carried, earliest) : earliest;
       timers_.add(ready, [this, message = std::move(message)]() mutable {
         protocol_->on_message(std::move(message));

@@ -550,6 +550,24 @@ std::map<int, std::vector<double>> answer_reads(const nlohmann::json& trace, con
   return reads;
 }
 
+// Per iteration, the workers' two CPU charges that carry their answer (`cost_us` each): at the same
+// instant with two cores, one cost apart with one.
+void expect_side_by_side_on_two_cores_one_after_the_other_on_one(const CpuJobRun& one, const CpuJobRun& two,
+                                                                 const std::set<int>& workers,
+                                                                 double cost_us) {
+  const auto side_by_side = answer_reads(two.trace, workers);
+  const auto one_by_one = answer_reads(one.trace, workers);
+  ASSERT_EQ(side_by_side.size(), 4u);
+  ASSERT_EQ(one_by_one.size(), 4u);
+  for (const auto& [iteration, starts] : side_by_side) {
+    ASSERT_EQ(starts.size(), 2u) << "iteration " << iteration;
+    EXPECT_NEAR(starts[1], starts[0], 1e-3) << "iteration " << iteration << ": side by side";
+    const auto& waited = one_by_one.at(iteration);
+    ASSERT_EQ(waited.size(), 2u) << "iteration " << iteration;
+    EXPECT_NEAR(waited[1] - waited[0], cost_us, 1e-3) << "iteration " << iteration << ": one after the other";
+  }
+}
+
 TEST(Sim, NodesSharingOneCoreWaitForEachOthersCpuCosts) {
   const auto one = run_shared_cores("cores-1", "--set cpu.shared_cores=1");
   const auto two = run_shared_cores("cores-2", "--set cpu.shared_cores=2");
@@ -560,20 +578,22 @@ TEST(Sim, NodesSharingOneCoreWaitForEachOthersCpuCosts) {
   ASSERT_EQ(workers.size(), 2u);
   EXPECT_GT(overlapping_cpu_spans(two.trace, workers), 0) << "the two answers are read side by side";
   EXPECT_EQ(overlapping_cpu_spans(one.trace, workers), 0) << "one core runs one charge at a time";
-  const auto side_by_side = answer_reads(two.trace, workers);
-  const auto one_by_one = answer_reads(one.trace, workers);
-  ASSERT_EQ(side_by_side.size(), 4u);
-  ASSERT_EQ(one_by_one.size(), 4u);
   // Reading both answers of an iteration takes one receive cost (100 us) on two cores, two on one.
-  for (const auto& [iteration, starts] : side_by_side) {
-    ASSERT_EQ(starts.size(), 2u) << "iteration " << iteration;
-    EXPECT_NEAR(starts[1] + 100 - starts[0], 100, 1e-3) << "iteration " << iteration << ": side by side";
-    const auto& waited = one_by_one.at(iteration);
-    ASSERT_EQ(waited.size(), 2u) << "iteration " << iteration;
-    EXPECT_NEAR(waited[1] + 100 - waited[0], 200, 1e-3)
-        << "iteration " << iteration << ": one after the other";
-  }
+  expect_side_by_side_on_two_cores_one_after_the_other_on_one(one, two, workers, 100);
   EXPECT_EQ(one.results["model_digest"], two.results["model_digest"]);
+}
+
+// cpu.wakeup is CPU time: the two answers that find both workers asleep wake them side by side on two
+// cores and one after the other on one.
+TEST(Sim, AWakeUpTakesACoreOfItsNode) {
+  const std::string wake_only = "--set cpu.receive_per_message=0 --set cpu.wakeup=100us ";
+  const auto one = run_shared_cores("wake-cores-1", wake_only + "--set cpu.shared_cores=1");
+  const auto two = run_shared_cores("wake-cores-2", wake_only + "--set cpu.shared_cores=2");
+  const auto workers = pids_named(two.trace, "worker");
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(overlapping_cpu_spans(one.trace, workers), 0) << "one core wakes one worker at a time";
+  // The only CPU spans that carry an answer's 1 MB are the wake-ups (no receive cost is set).
+  expect_side_by_side_on_two_cores_one_after_the_other_on_one(one, two, workers, 100);
 }
 
 TEST(Sim, MachineScopeSharesTheCoresOfEveryHost) {
@@ -646,7 +666,8 @@ TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   const std::string text = read_text(fragment);
   EXPECT_NE(text.find("--van epoll"), std::string::npos) << text;
   EXPECT_NE(text.find("CPUs, load average"), std::string::npos) << text;
-  EXPECT_NE(text.find("1 server, 2 workers on loopback"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 server, 2 workers on loopback, 3 rounds, a process per node"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("wakeup = "), std::string::npos) << text;
   const Scenario s = parse_scenario(text, fragment.string());
   EXPECT_GT(s.cpu.send_per_message_s + s.cpu.wakeup_s, 0) << text;
@@ -667,18 +688,21 @@ TEST(Calibrate, WritesAFragmentThatLoadsWithPositiveCosts) {
   EXPECT_EQ(sim.exit_code, 0) << sim.output;
 }
 
-// The ucx van's profile: the same fit over UCX (shared memory between the job's in-process nodes here),
-// so a scenario can ask what a job does with that van's costs instead of a TCP van's.
+// The ucx van's profile: the same fit over UCX (shared memory between the job's nodes here), so a
+// scenario can ask what a job does with that van's costs instead of a TCP van's. Its nodes are threads of
+// one process here, each job run once.
 TEST(Calibrate, TheUcxVanGetsItsOwnFragment) {
   if (const auto missing = realnet::van_unavailable(realnet::Van::kUcx); !missing.empty())
     GTEST_SKIP() << missing;
   const auto dir = fresh_dir("calibrate-ucx");
   const auto fragment = dir / "cpu.toml";
-  const auto run = run_pstwin("calibrate --van ucx --quick --sizes 4KB,1MB --out " + fragment.string());
+  const auto run = run_pstwin(
+      "calibrate --van ucx --quick --nodes in-process --rounds 1 --sizes 4KB,1MB --out " + fragment.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("1MB pipelined"), std::string::npos) << run.output;
   const std::string text = read_text(fragment);
   EXPECT_NE(text.find("--van ucx"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 round, in-process nodes"), std::string::npos) << text;
   const Scenario s = parse_scenario(text, fragment.string());
   EXPECT_GT(s.cpu.send_per_message_s, 0) << text;
   EXPECT_GT(s.cpu.send_bandwidth_Bps, 0) << text;
@@ -691,6 +715,12 @@ TEST(Calibrate, BadSizesAreRefusedNamingTheOption) {
   const auto bad = run_pstwin("calibrate --sizes 4KB,lots");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("'lots'"), std::string::npos) << bad.output;
+  const auto nodes = run_pstwin("calibrate --nodes fibers");
+  EXPECT_EQ(nodes.exit_code, 2);
+  EXPECT_NE(nodes.output.find("--nodes"), std::string::npos) << nodes.output;
+  const auto rounds = run_pstwin("calibrate --rounds 0");
+  EXPECT_EQ(rounds.exit_code, 2);
+  EXPECT_NE(rounds.output.find("--rounds"), std::string::npos) << rounds.output;
 }
 
 TEST(Sim, HelpIsAvailableEverywhere) {

@@ -1,8 +1,9 @@
 // `pstwin calibrate`: the van's CPU cost per message and per byte, measured on loopback and fitted
 // so that the simulator's [cpu] fields reproduce the real iteration times (docs/FIDELITY.md).
 //
-// Each job (a size, blocking or pipelined) runs for real (realnet::run_local, 1 server, 2 workers:
-// the smallest job whose server aggregates, with three nodes on this machine's cores),
+// Each job (a size, blocking or pipelined) runs for real (1 server, 2 workers: the smallest job whose
+// server aggregates, with its nodes on this machine's cores; as `pstwin run` runs it, a process per
+// node, or with --nodes in-process as realnet::run_local does),
 // then in the simulator with costs nudged one at a time: the differences are how much of each cost
 // lies on the job's critical path, so the real times are fitted by least squares over the jobs,
 // relative errors weighed alike (fit_costs). The fitted fields are simulated once more to say how
@@ -14,8 +15,10 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "realnet/job_run.hpp"
 #include "realnet/local_run.hpp"
 #include "scenario/units.hpp"
 #include "sim/simulation.hpp"
@@ -36,6 +40,9 @@ using Overrides = std::vector<std::pair<std::string, std::string>>;
 // own times, small enough that the CPU stays the bottleneck it is on loopback.
 constexpr double kUnitMessageS = 10e-6;
 constexpr double kUnitByteS = 1e-9;  // "1GBps"
+
+// A pipelined job's partitions per iteration: 4 MB of them, from 2 to this many.
+constexpr std::uint64_t kMaxValues = 256;
 
 struct Job {
   std::uint64_t size = 0;
@@ -57,7 +64,7 @@ std::vector<Job> plan_jobs(const std::vector<std::uint64_t>& sizes, bool quick) 
                                                         quick ? 10 : 20, 400));
     };
     jobs.push_back({size, 1, iterations(1)});
-    const int values = static_cast<int>(std::clamp<std::uint64_t>((4u << 20) / size, 2, 64));
+    const int values = static_cast<int>(std::clamp<std::uint64_t>((4u << 20) / size, 2, kMaxValues));
     jobs.push_back({size, values, iterations(values)});
   }
   return jobs;
@@ -65,23 +72,49 @@ std::vector<Job> plan_jobs(const std::vector<std::uint64_t>& sizes, bool quick) 
 
 // One server, two workers on hosts whose links are far faster than loopback: what the simulator has
 // left to model is the CPU. Real payloads, no checks, no trace: they would read every byte.
-Scenario job_scenario(const Job& job, const Overrides& costs) {
+std::string job_toml(const Job& job) {
   std::ostringstream toml;
   toml << "name = \"calibrate\"\n"
        << "[cluster]\nhost_bandwidth = \"1000GBps\"\nhost_latency = \"1us\"\n"
        << "[roles]\nservers = 1\nworkers = 2\n"
        << "[ps]\nmode = \"sync\"\npartition_bytes = " << job.size
        << "\n"
-       // Every partition in flight: a pipelined job then keeps the nodes busy, so it measures the
-       // CPU per message, and the blocking one adds the wake-ups (a credit would mix the two).
-       << (job.values > 1 ? "scheduling_credit = 0\n" : "") << "[workload]\ntensor_bytes = ["
-       << job.size * static_cast<std::uint64_t>(job.values)
+       // The default scheduling credit, as a training job streams its partitions: with all of them in
+       // flight the nodes never sleep, and 16 KB partitions then cost half what they do under the
+       // credit, where every answer wakes its worker (docs/FIDELITY.md).
+       << "[workload]\ntensor_bytes = [" << job.size * static_cast<std::uint64_t>(job.values)
        << "]\ncompute = \"0s\"\niterations = " << job.iterations << "\npayload = \"real\"\n"
        << "[staging]\nenabled = false\n"
        << "[invariants]\naggregates = false\nupdates = false\nsync_identical = false\n"
        << "[output]\ntrace = false\n";
-  return parse_scenario(toml.str(), "pstwin calibrate", costs);
+  return toml.str();
 }
+
+Scenario job_scenario(const Job& job, const Overrides& costs) {
+  return parse_scenario(job_toml(job), "pstwin calibrate", costs);
+}
+
+// A folder of this process's own under the temporary directory, removed with everything in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "pstwin-calibrate-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("pstwin calibrate: cannot make a folder under " +
+                               std::filesystem::temp_directory_path().string() + " for the jobs' scenarios");
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // The median iteration time after the first tenth (connections warming, allocator growing).
 double steady_median(const RunReport& report, const std::string& what) {
@@ -347,11 +380,37 @@ int run_calibrate(const CalibrateOptions& options) {
   realnet::LocalRunOptions local;
   local.van = van;
   local.log = [](std::string_view) {};  // the nodes' lines would bury the table
+  const bool processes = options.nodes == "processes";
+  std::optional<ScratchDir> scratch;
+  if (processes) scratch.emplace();
+  // Each job `rounds` times, every job once per round (so a slow minute of the machine spreads over
+  // the jobs instead of landing on one), and the median of its rounds kept.
+  std::vector<std::vector<double>> rounds(jobs.size());
+  for (int round = 0; round < options.rounds; ++round) {
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const auto& job = jobs[i];
+      const std::string what = "the real " + job.label() + " job";
+      RunReport report;
+      if (processes) {
+        realnet::JobRunOptions run;
+        run.scenario_path = (scratch->path() / ("job" + std::to_string(i) + ".toml")).string();
+        run.parts_dir =
+            (scratch->path() / ("parts" + std::to_string(i) + "-" + std::to_string(round))).string();
+        run.van = van;
+        std::ofstream(run.scenario_path) << job_toml(job);
+        report = realnet::run_job(job_scenario(job, {}), run);
+      } else {
+        report = realnet::run_local(job_scenario(job, {}), local);
+      }
+      rounds[i].push_back(steady_median(report, what));
+      say(job.label() + ": " + std::to_string(rounds[i].back() * 1e6) + " us per iteration (real, round " +
+          std::to_string(round + 1) + ")");
+    }
+  }
   std::vector<double> real;
-  for (const auto& job : jobs) {
-    const std::string what = "the real " + job.label() + " job";
-    real.push_back(steady_median(realnet::run_local(job_scenario(job, {}), local), what));
-    say(job.label() + ": " + std::to_string(real.back() * 1e6) + " us per iteration (real)");
+  for (auto& times : rounds) {
+    std::sort(times.begin(), times.end());
+    real.push_back(times[times.size() / 2]);
   }
   const auto base = simulate(jobs, {});
   const Costs fit = fit_costs(jobs, real);
@@ -377,7 +436,9 @@ int run_calibrate(const CalibrateOptions& options) {
   std::ostringstream fragment;
   fragment << "# pstwin calibrate --van " << realnet::van_name(van) << ", " << utc_now() << "\n"
            << "# machine: " << machine << "\n"
-           << "# " << summary << " (1 server, 2 workers on loopback; sizes " << options.sizes << ")\n"
+           << "# " << summary << " (1 server, 2 workers on loopback, " << options.rounds
+           << (options.rounds == 1 ? " round, " : " rounds, ")
+           << (processes ? "a process per node" : "in-process nodes") << "; sizes " << options.sizes << ")\n"
            << "# the send and receive sides are assumed equal: loopback times cannot tell them apart\n"
            << "# per message, per byte within cache_bytes and past them, and the wake-up of an idle van\n"
            << "[cpu]\n";

@@ -86,6 +86,8 @@ struct CalibrateOptions {
   std::string van = "epoll";                          // zmq | epoll | ucx (realnet/van.hpp)
   std::string sizes = "4KB,64KB,256KB,1MB,4MB,16MB";  // one blocking and one pipelined job each
   std::string out;                                    // "" = the fragment goes to stdout
+  std::string nodes = "processes";                    // processes (as `pstwin run`) | in-process
+  int rounds = 3;                                     // real runs of each job; the median is fitted
   bool quick = false;                                 // fewer iterations per job (tests)
   bool quiet = false;
 };

@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
   CalibrateOptions calibrate_options;
   auto* calibrate = app.add_subcommand(
       "calibrate",
-      "measure the van's CPU cost per message and per byte with real loopback jobs (1 server, 1 worker, "
+      "measure the van's CPU cost per message and per byte with real loopback jobs (1 server, 2 workers, "
       "blocking and pipelined, several sizes), fit the simulator's [cpu] fields to them by least squares "
       "and print how well they fit; writes the fields as a scenario fragment (docs/FIDELITY.md)");
   calibrate->add_option("--van", calibrate_options.van, "the van measured: epoll (default), zmq or ucx")
@@ -281,6 +281,16 @@ int main(int argc, char** argv) {
   calibrate->add_option("--sizes", calibrate_options.sizes,
                         "partition sizes, one blocking and one pipelined job each (default "
                         "4KB,64KB,256KB,1MB,4MB,16MB)");
+  calibrate
+      ->add_option("--nodes", calibrate_options.nodes,
+                   "how the real jobs run their nodes: processes (default, as `pstwin run` on one "
+                   "machine) or in-process (threads of one process, as the loopback bench)")
+      ->check(CLI::IsMember({"processes", "in-process"}));
+  calibrate
+      ->add_option("--rounds", calibrate_options.rounds,
+                   "real runs of every job, one job after another in each round; the median is fitted "
+                   "(default 3)")
+      ->check(CLI::Range(1, 99));
   calibrate->add_flag("--quick", calibrate_options.quick, "fewer iterations per job: a rougher fit, sooner");
   calibrate->add_flag("-q,--quiet", calibrate_options.quiet, kQuietHelp);
 

@@ -1269,10 +1269,10 @@ std::vector<Field> make_registry() {
                          "cpu.cache_bytes. 0: cpu.receive_bandwidth."));
   f.push_back(make_field(
       "cpu.wakeup", PSTWIN_MEMBER(cpu.wakeup_s), duration,
-      "Simulator: how long a node's van takes to wake for a message that finds it idle (its `net` lane free "
-      "and nothing queued for its loop): the receive cost starts that much later. A delay, not CPU time: "
-      "the lane and cores stay free meanwhile. A busy node reads the next message without it, so a "
-      "pipelined stream pays it once and a blocking round trip at every hop. `pstwin calibrate` fits it "
+      "Simulator: the CPU time a node's van takes to wake for a message that finds it idle (its `net` lane "
+      "free and nothing queued for its loop), charged on its lane (and, with cpu.shared_cores, a core) "
+      "before the receive cost. A busy node reads the next message without it, so a stream that keeps the "
+      "node busy pays it once and a blocking round trip at every hop. `pstwin calibrate` fits it "
       "(docs/FIDELITY.md). 0: none."));
   f.push_back(make_field(
       "cpu.shared_cores", PSTWIN_MEMBER(cpu.shared_cores), IntCodec{0},
