@@ -7,7 +7,7 @@
 # alone (docs/PERFORMANCE.md).
 #
 # usage: bench/compare_pslite.sh [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR]
-#                                [--set FIELD=VALUE]... [--floor]
+#                                [--set FIELD=VALUE]... [--floor] [--pslite-fill]
 #   --anchors: the folder holding ps-lite/ and harness/ (default: ../shared/anchors beside the
 #   repository). It is copied to build/anchors and built there once (ps-lite needs libprotobuf-dev
 #   and protobuf-compiler); bench_loopback must be built (cmake --build build --target bench_loopback).
@@ -17,6 +17,8 @@
 #   for every size of 64 KB or more, with ps-lite's passes (no fill, no CRC; blocking with the value in
 #   one piece and in 256 KiB and 64 KiB chunks, the best kept; pipelined at credit 4) and with pstwin's
 #   (fill and CRC), and prints what 1.5x ps-lite would need against what the floor reached.
+#   --pslite-fill: the harness writes every value before each push (its --fill), as pstwin's workload
+#   does: the same work on both sides. By default the harness pushes the values it wrote once.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +28,7 @@ VAN=epoll
 SIZES=4KB,1MB,16MB
 SETS=()
 FLOOR=0
+PSLITE_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
     --anchors) ANCHORS=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
     --floor) FLOOR=1; shift ;;
-    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR] [--set FIELD=VALUE]... [--floor]" >&2; exit 2 ;;
+    --pslite-fill) PSLITE_ARGS+=(--fill); shift ;;
+    *) echo "compare_pslite.sh: unknown argument '$1'; usage: $0 [--rounds N] [--van zmq|epoll|ucx] [--sizes 4KB,1MB,16MB] [--anchors DIR] [--set FIELD=VALUE]... [--floor] [--pslite-fill]" >&2; exit 2 ;;
   esac
 done
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "compare_pslite.sh: --rounds '$ROUNDS': expected a whole number >= 1" >&2; exit 2 ;; esac
@@ -67,11 +71,11 @@ fi
 # pstwin reads 4KB as 4000 bytes, the harness as 4096: give pstwin the binary unit.
 PSTWIN_SIZES=$(echo "$SIZES" | sed -e 's/KB/KiB/g' -e 's/MB/MiB/g' -e 's/GB/GiB/g')
 OUT=$(mktemp -d -t pstwin-vs-pslite.XXXXXX)
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; van $VAN; sizes $SIZES; $ROUNDS rounds;${SETS[*]:+ pstwin ${SETS[*]};} logs in $OUT"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; van $VAN; sizes $SIZES; $ROUNDS rounds;${SETS[*]:+ pstwin ${SETS[*]};}${PSLITE_ARGS[*]:+ ps-lite ${PSLITE_ARGS[*]};} logs in $OUT"
 for round in $(seq 1 "$ROUNDS"); do
   "$BENCH" --van "$VAN" --sizes "$PSTWIN_SIZES" "${SETS[@]}" > "$OUT/pstwin.$round.txt" 2>&1 ||
     { echo "compare_pslite.sh: bench_loopback failed; see $OUT/pstwin.$round.txt" >&2; exit 1; }
-  OUT="$OUT/pslite.$round" BIN="$WORK/harness/pslite_bench" "$WORK/harness/run_pslite.sh" --sizes "$SIZES" \
+  OUT="$OUT/pslite.$round" BIN="$WORK/harness/pslite_bench" "$WORK/harness/run_pslite.sh" --sizes "$SIZES" "${PSLITE_ARGS[@]}" \
     > "$OUT/pslite.$round.txt" 2>&1 ||
     { echo "compare_pslite.sh: the ps-lite harness failed; see $OUT/pslite.$round.txt" >&2; exit 1; }
   if [ "$FLOOR" = 1 ]; then
