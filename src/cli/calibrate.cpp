@@ -397,7 +397,11 @@ int run_calibrate(const CalibrateOptions& options) {
         run.parts_dir =
             (scratch->path() / ("parts" + std::to_string(i) + "-" + std::to_string(round))).string();
         run.van = van;
-        std::ofstream(run.scenario_path) << job_toml(job);
+        std::ofstream file(run.scenario_path);
+        file << job_toml(job);
+        file.close();
+        if (!file)
+          throw std::runtime_error("pstwin calibrate: cannot write the job's scenario " + run.scenario_path);
         report = realnet::run_job(job_scenario(job, {}), run);
       } else {
         report = realnet::run_local(job_scenario(job, {}), local);
