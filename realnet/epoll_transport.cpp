@@ -87,13 +87,13 @@ bool fill_field(std::array<std::byte, N>& field, std::size_t& have, std::span<co
   return have == N;
 }
 
-// One payload buffer per frame, not zeroed first (every byte is about to be read into it).
+// One payload buffer per frame, not zeroed first (every byte is about to be read into it), from plain
+// malloc with the alignment slack inside (ByteBuffer's). std::aligned_alloc split the slack off as
+// small free chunks that kept the heap fragmented: the partition sweep's job with 16,000-byte
+// partitions took 75-114 ms an iteration with it, 47-70 ms without (docs/PERFORMANCE.md, "Epoll van on
+// loopback").
 std::shared_ptr<ByteBuffer> fresh_buffer(std::uint64_t size) {
-  const std::size_t padded = (static_cast<std::size_t>(size) + 63) / 64 * 64;
-  void* raw = std::aligned_alloc(64, padded);
-  if (raw == nullptr) throw std::bad_alloc();
-  return std::make_shared<ByteBuffer>(static_cast<std::byte*>(raw), static_cast<std::size_t>(size),
-                                      [raw] { std::free(raw); });
+  return std::make_shared<ByteBuffer>(static_cast<std::size_t>(size), ByteBuffer::ForOverwrite{});
 }
 
 }  // namespace
