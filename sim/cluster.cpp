@@ -534,9 +534,8 @@ void SimNode::deliver(Message message, Seconds read_end) {
       // a timer of the node's loop, in the order charged (the lane ends are non-decreasing and equal
       // deadlines fire in the order added).
       const TraceMessage carried{message.header.key, message.header.iteration, bytes};
-      // Waking is CPU work (the switch into the thread, its caches refilled), so it takes a shared
-      // core: node processes on too few cores that wake for every message of a credit-bound stream
-      // run at about half the rate of the same stream all in flight (docs/FIDELITY.md).
+      // Waking is CPU work (the switch into the thread on the core it wakes on, its caches refilled),
+      // so it takes a shared core from the nodes that are working (docs/FIDELITY.md).
       const Seconds woken = asleep ? charge_net("wakeup", cpu.wakeup_s, carried, now()) : now();
       const Seconds earliest = std::max(woken, read_end);
       const Seconds ready = cost > 0 ? charge_net("receive", cost, carried, earliest) : earliest;

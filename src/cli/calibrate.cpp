@@ -79,9 +79,8 @@ std::string job_toml(const Job& job) {
        << "[roles]\nservers = 1\nworkers = 2\n"
        << "[ps]\nmode = \"sync\"\npartition_bytes = " << job.size
        << "\n"
-       // The default scheduling credit, as a training job streams its partitions: with all of them in
-       // flight the nodes never sleep, and 16 KB partitions then cost half what they do under the
-       // credit, where every answer wakes its worker (docs/FIDELITY.md).
+       // The default scheduling credit, as a training job streams its partitions: nodes then sleep
+       // and wake within a stream as they do in the jobs the fragment is for.
        << "[workload]\ntensor_bytes = [" << job.size * static_cast<std::uint64_t>(job.values)
        << "]\ncompute = \"0s\"\niterations = " << job.iterations << "\npayload = \"real\"\n"
        << "[staging]\nenabled = false\n"
