@@ -290,6 +290,7 @@ RunReport run_job(const Scenario& sc, const JobRunOptions& options) {
     sampler.reset();
     cluster.reset();  // std::exit runs no destructors of this frame
     log(std::string("interrupted by signal ") + std::to_string(sig) + ": killed every node");
+    if (options.on_interrupt) options.on_interrupt();
     std::exit(128 + sig);
   };
   ChildWatch watch;

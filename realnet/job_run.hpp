@@ -43,6 +43,9 @@ struct JobRunOptions {
   Van van = default_van();                      // every node's transport (DMLC_PS_VAN_TYPE)
   bool encrypt = false;                         // PSTWIN_ENCRYPT=curve for every node (zmq van only)
   std::function<void(const std::string&)> log;  // progress lines; null: none
+  // SIGINT/SIGTERM: run once every node is killed, before this process exits (a caller's scratch
+  // files, which the exit would leave behind); null: nothing.
+  std::function<void()> on_interrupt;
 };
 
 // Runs the job; never leaves a child running (nor, with `netns`, a namespace: NetnsCluster). Each node

@@ -1,8 +1,11 @@
 // End to end through the real pstwin binary and real SimGrid: every scenario the issue names, the
 // determinism promise, the crossed-line race found and not found, and the saturation bound.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <map>
@@ -706,6 +709,45 @@ TEST(Calibrate, TheUcxVanGetsItsOwnFragment) {
   const Scenario s = parse_scenario(text, fragment.string());
   EXPECT_GT(s.cpu.send_per_message_s, 0) << text;
   EXPECT_GT(s.cpu.send_bandwidth_Bps, 0) << text;
+}
+
+// A node process of `pstwin calibrate` runs a job whose scenario lies under `scratch_root`.
+bool a_calibration_job_runs(const std::filesystem::path& scratch_root) {
+  for (const auto& process : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = process.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(process.path() / "cmdline");  // a process may be gone by now: then it reads nothing
+    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(scratch_root.string()) != std::string::npos && cmdline.find("node") != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+// Ctrl-C while a real job runs: its nodes are killed, and the folder of the jobs' scenarios goes too.
+TEST(Calibrate, AnInterruptedCalibrationLeavesNoScratchFolder) {
+  using namespace std::chrono_literals;
+  const auto dir = fresh_dir("calibrate-interrupt");
+  const auto tmp = dir / "tmp";
+  std::filesystem::create_directories(tmp);
+  // 16 MB and 32 MB jobs last long enough to be caught running.
+  std::vector<std::string> env{"TMPDIR=" + tmp.string()};  // the scratch folder goes there
+  for (char** e = environ; *e != nullptr; ++e)
+    if (!std::string_view(*e).starts_with("TMPDIR=")) env.emplace_back(*e);
+  testing::ChildProcess calibrate(
+      {"calibrate", "--van", "epoll", "--sizes", "16MB,32MB", "--out", (dir / "cpu.toml").string()},
+      dir / "output.txt", env);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!a_calibration_job_runs(tmp) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(a_calibration_job_runs(tmp)) << calibrate.output();
+  ASSERT_EQ(::kill(calibrate.pid(), SIGINT), 0);
+  const auto status = calibrate.wait_until(std::chrono::steady_clock::now() + 30s);
+  ASSERT_TRUE(status.has_value()) << "still running after SIGINT: " << calibrate.output();
+  EXPECT_EQ(*status, 128 + SIGINT) << calibrate.output();
+  EXPECT_TRUE(std::filesystem::is_empty(tmp))
+      << "left in " << tmp << ": " << std::filesystem::directory_iterator(tmp)->path();
+  EXPECT_FALSE(std::filesystem::exists(dir / "cpu.toml"));
 }
 
 TEST(Calibrate, BadSizesAreRefusedNamingTheOption) {

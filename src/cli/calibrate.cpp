@@ -396,6 +396,7 @@ int run_calibrate(const CalibrateOptions& options) {
         run.parts_dir =
             (scratch->path() / ("parts" + std::to_string(i) + "-" + std::to_string(round))).string();
         run.van = van;
+        run.on_interrupt = [&scratch] { scratch.reset(); };
         std::ofstream file(run.scenario_path);
         file << job_toml(job);
         file.close();
@@ -410,6 +411,7 @@ int run_calibrate(const CalibrateOptions& options) {
           std::to_string(round + 1) + ")");
     }
   }
+  scratch.reset();  // the jobs are done: an interrupted fit leaves nothing behind
   std::vector<double> real;
   for (auto& times : rounds) {
     std::sort(times.begin(), times.end());
