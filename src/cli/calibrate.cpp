@@ -382,33 +382,39 @@ int run_calibrate(const CalibrateOptions& options) {
   const bool processes = options.nodes == "processes";
   std::optional<ScratchDir> scratch;
   if (processes) scratch.emplace();
+  // Each job's scenario, parsed once and, for node processes, written once for them to read.
+  std::vector<Scenario> scenarios;
+  std::vector<std::string> scenario_paths;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    scenarios.push_back(job_scenario(jobs[i], {}));
+    if (!processes) continue;
+    scenario_paths.push_back((scratch->path() / ("job" + std::to_string(i) + ".toml")).string());
+    std::ofstream file(scenario_paths.back());
+    file << job_toml(jobs[i]);
+    file.close();
+    if (!file)
+      throw std::runtime_error("pstwin calibrate: cannot write the job's scenario " + scenario_paths.back());
+  }
   // Each job `rounds` times, every job once per round (so a slow minute of the machine spreads over
   // the jobs instead of landing on one), and the median of its rounds kept.
   std::vector<std::vector<double>> rounds(jobs.size());
   for (int round = 0; round < options.rounds; ++round) {
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-      const auto& job = jobs[i];
-      const std::string what = "the real " + job.label() + " job";
       RunReport report;
       if (processes) {
         realnet::JobRunOptions run;
-        run.scenario_path = (scratch->path() / ("job" + std::to_string(i) + ".toml")).string();
+        run.scenario_path = scenario_paths[i];
         run.parts_dir =
             (scratch->path() / ("parts" + std::to_string(i) + "-" + std::to_string(round))).string();
         run.van = van;
         run.on_interrupt = [&scratch] { scratch.reset(); };
-        std::ofstream file(run.scenario_path);
-        file << job_toml(job);
-        file.close();
-        if (!file)
-          throw std::runtime_error("pstwin calibrate: cannot write the job's scenario " + run.scenario_path);
-        report = realnet::run_job(job_scenario(job, {}), run);
+        report = realnet::run_job(scenarios[i], run);
       } else {
-        report = realnet::run_local(job_scenario(job, {}), local);
+        report = realnet::run_local(scenarios[i], local);
       }
-      rounds[i].push_back(steady_median(report, what));
-      say(job.label() + ": " + std::to_string(rounds[i].back() * 1e6) + " us per iteration (real, round " +
-          std::to_string(round + 1) + ")");
+      rounds[i].push_back(steady_median(report, "the real " + jobs[i].label() + " job"));
+      say(jobs[i].label() + ": " + std::to_string(rounds[i].back() * 1e6) +
+          " us per iteration (real, round " + std::to_string(round + 1) + ")");
     }
   }
   scratch.reset();  // the jobs are done: an interrupted fit leaves nothing behind
